@@ -1,0 +1,147 @@
+"""Docs without Quarto: README.md from nbs/index.ipynb, and a static HTML site in _docs/.
+
+    python scripts/build_docs.py readme            # write README.md from nbs/index.ipynb
+    python scripts/build_docs.py readme --check    # exit 1 if README.md is out of date
+    python scripts/build_docs.py html              # execute every notebook, render _docs/*.html
+
+The HTML build executes each notebook with nbclient, skipping cells that carry one of the
+`tst_flags` of settings.ini (as `nbdev_test` does), drops `#| hide` cells and directive lines,
+and turns plotly outputs into `Plotly.newPlot` calls against ONE local copy of plotly.js
+(`_docs/plotly.min.js`), so figures stay interactive with no kernel and no network.
+Machines with Quarto can still use `nbdev_docs` (nbs/_quarto.yml is kept valid).
+"""
+import argparse, configparser, copy, html, json, os, re, shutil, sys, time, uuid
+from pathlib import Path
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+_DIRECTIVE = re.compile(r'^\s*#\s*\|\s*(.*)$')
+PLOTLY_MIME = 'application/vnd.plotly.v1+json'
+
+def tst_flags(root=ROOT):
+    "The nbdev test flags (cells carrying one are skipped), from settings.ini."
+    cfg = configparser.ConfigParser(); cfg.read(root/'settings.ini')
+    return cfg['DEFAULT'].get('tst_flags', 'notest').split()
+
+def directives(cell):
+    "The nbdev directives (`#| ...` lines at the top of a code cell), as a list of word lists."
+    out = []
+    for line in cell.source.splitlines():
+        m = _DIRECTIVE.match(line)
+        if m: out.append(m.group(1).replace(':', ' ').split())
+        elif line.strip(): break
+    return out
+
+def strip_directives(src):
+    "Source without its leading `#| ...` directive lines."
+    lines = src.splitlines(); i = 0
+    while i < len(lines) and (_DIRECTIVE.match(lines[i]) or not lines[i].strip()): i += 1
+    return '\n'.join(lines[i:])
+
+def is_hidden(cell):
+    return cell.cell_type == 'code' and any(d[:1] in (['hide'], ['exporti']) or d[:2] == ['include', 'false'] for d in directives(cell))
+
+def is_flagged(cell, flags):
+    return cell.cell_type == 'code' and any(d[:1] and d[0] in flags for d in directives(cell))
+
+def readme_text(nb_path=ROOT/'nbs'/'index.ipynb'):
+    "README.md's text: the markdown of index.ipynb without hidden cells or directive lines."
+    nb = nbformat.read(nb_path, as_version=4)
+    parts = []
+    for c in nb.cells:
+        if c.cell_type == 'markdown': parts.append(c.source.strip())
+        elif c.cell_type == 'code' and not is_hidden(c) and strip_directives(c.source).strip():
+            parts.append('```python\n' + strip_directives(c.source).strip() + '\n```')
+    return '\n\n'.join(parts) + '\n'
+
+def plotly_div(fig_json):
+    "A div and a script that draw one plotly figure with the page's local plotly.js."
+    div = f'plotly-{uuid.UUID(int=hash(json.dumps(fig_json, sort_keys=True)) % (1 << 128)).hex[:12]}'
+    payload = json.dumps({'data': fig_json.get('data', []), 'layout': fig_json.get('layout', {}),
+                          'config': {'responsive': True, **fig_json.get('config', {})}})
+    return (f'<div id="{div}" class="plotly-graph-div" style="width:100%;min-height:450px"></div>\n'
+            f'<script>(function(){{var f={payload};Plotly.newPlot("{div}",f.data,f.layout,f.config);}})();</script>')
+
+def _plotly_to_html(nb):
+    for c in nb.cells:
+        for o in c.get('outputs', []):
+            data = o.get('data', {})
+            if PLOTLY_MIME in data:
+                o['data'] = {'text/html': plotly_div(data[PLOTLY_MIME])}
+
+def execute(nb, cwd, flags, timeout=1200):
+    "Execute a notebook in `cwd`, skipping flagged cells; returns the executed copy."
+    from nbclient import NotebookClient
+    run = copy.deepcopy(nb)
+    for c in run.cells:
+        if is_flagged(c, flags): c.source = 'pass  # skipped: ' + ' '.join(sum(directives(c), []))
+    env_before = os.environ.get('PLOTLY_RENDERER')
+    os.environ['PLOTLY_RENDERER'] = 'plotly_mimetype'
+    try: NotebookClient(run, timeout=timeout, kernel_name='python3', resources={'metadata': {'path': str(cwd)}}).execute()
+    finally:
+        if env_before is None: os.environ.pop('PLOTLY_RENDERER', None)
+        else: os.environ['PLOTLY_RENDERER'] = env_before
+    for c, orig in zip(run.cells, nb.cells): c.source = orig.source
+    return run
+
+def page_name(nb_path): return Path(nb_path).stem + '.html'
+
+def render(nb, title, nav, flags):
+    "HTML for an executed notebook: hidden cells dropped, directives stripped, plotly made local."
+    from nbconvert import HTMLExporter
+    nb = copy.deepcopy(nb)
+    nb.cells = [c for c in nb.cells if not is_hidden(c)]
+    for c in nb.cells:
+        if c.cell_type == 'code': c.source = strip_directives(c.source)
+        if c.cell_type == 'markdown': c.source = re.sub(r'\(([\w./-]+)\.ipynb(#[\w-]*)?\)', r'(\1.html\2)', c.source)
+    _plotly_to_html(nb)
+    body, _ = HTMLExporter(template_name='lab').from_notebook_node(nb, resources={'metadata': {'name': title}})
+    head = '<script src="plotly.min.js"></script>\n'
+    body = body.replace('<head>', '<head>\n' + head, 1)
+    return body.replace('<body', nav + '\n<body', 1) if False else re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav, body, count=1)
+
+def nav_html(pages, current):
+    links = ' | '.join(f'<b>{html.escape(t)}</b>' if p == current else f'<a href="{p}">{html.escape(t)}</a>' for p, t in pages)
+    return f'<nav class="tc-nav" style="padding:8px 16px;border-bottom:1px solid #ddd;font-family:sans-serif;font-size:14px">{links}</nav>'
+
+def notebook_title(nb, fallback):
+    for c in nb.cells:
+        if c.cell_type == 'markdown':
+            m = re.search(r'^#\s+(.+)$', c.source, re.M)
+            if m: return m.group(1).strip()
+    return fallback
+
+def build_html(nbs=ROOT/'nbs', out=ROOT/'_docs', only=None, execute_nbs=True, flags=None):
+    "Execute and render every notebook of `nbs` (or those named in `only`) into `out`; returns the pages."
+    import plotly
+    flags = tst_flags() if flags is None else flags
+    nbs, out = Path(nbs), Path(out)
+    paths = sorted(p for p in nbs.glob('*.ipynb') if not p.name.startswith(('_', '.')))
+    paths.sort(key=lambda p: (p.name != 'index.ipynb', p.name))
+    if only: paths = [p for p in paths if p.name in only or p.stem in only]
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(Path(plotly.__file__).parent/'package_data'/'plotly.min.js', out/'plotly.min.js')
+    nbs_read = [(p, nbformat.read(p, as_version=4)) for p in paths]
+    pages = [(page_name(p), notebook_title(nb, p.stem)) for p, nb in nbs_read]
+    for (p, nb), (page, title) in zip(nbs_read, pages):
+        t0 = time.time()
+        if execute_nbs: nb = execute(nb, p.parent, flags)
+        (out/page).write_text(render(nb, title, nav_html(pages, page), flags), encoding='utf-8')
+        print(f'{p.name} -> {out/page} ({time.time()-t0:.1f}s)', flush=True)
+    return [out/pg for pg, _ in pages]
+
+if __name__ == '__main__':
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest='cmd', required=True)
+    r = sub.add_parser('readme'); r.add_argument('--check', action='store_true')
+    h = sub.add_parser('html'); h.add_argument('notebooks', nargs='*'); h.add_argument('--out', default=str(ROOT/'_docs'))
+    h.add_argument('--no-execute', action='store_true')
+    a = ap.parse_args()
+    if a.cmd == 'readme':
+        txt, fn = readme_text(), ROOT/'README.md'
+        if a.check:
+            ok = fn.exists() and fn.read_text(encoding='utf-8') == txt
+            print('README.md is ' + ('in sync' if ok else 'OUT OF DATE: run python scripts/build_docs.py readme'))
+            sys.exit(0 if ok else 1)
+        fn.write_text(txt, encoding='utf-8'); print(f'wrote {fn}')
+    else: build_html(out=a.out, only=a.notebooks or None, execute_nbs=not a.no_execute)

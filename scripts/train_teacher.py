@@ -1,0 +1,101 @@
+"""Train the shipped tokenizer and tiny Qwen2 teacher on the corpus's TRAIN split (CPU, seeded).
+
+`python scripts/train_teacher.py` writes `taylor_calibrate/data/teacher/` (config, bf16 safetensors
+weights, tokenizer) and `taylor_calibrate/data/teacher/training_log.json` (loss curve, held-out
+VALID loss, wall time). The recipe below is the one the shipped teacher was trained with.
+"""
+import argparse, gzip, json, math, os, time
+from pathlib import Path
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT/'taylor_calibrate'/'data'/'corpus'
+OUT = ROOT/'taylor_calibrate'/'data'/'teacher'
+
+RECIPE = dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
+              num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
+              seq_len=512, batch_size=8, lr=1.5e-3, min_lr=1e-4, warmup=150, weight_decay=0.1,
+              steps=1500, seed=0, eval_every=200)
+
+def read_split(split):
+    with gzip.open(CORPUS/f'{split}.jsonl.gz', 'rt', encoding='utf-8') as f: return [json.loads(l)['text'] for l in f]
+
+def train_tokenizer(texts, vocab_size):
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, processors
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=['<|endoftext|>'],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token='<|endoftext|>', bos_token='<|endoftext|>',
+                                   unk_token='<|endoftext|>', pad_token='<|endoftext|>', model_max_length=1024)
+
+def token_stream(tok, texts):
+    ids = []
+    for t in texts: ids.extend(tok(t)['input_ids'] + [tok.eos_token_id])
+    return torch.tensor(ids, dtype=torch.long)
+
+@torch.no_grad()
+def eval_loss(model, ids, seq_len, max_windows=64):
+    model.eval()
+    n = min(max_windows, (len(ids) - 1)//seq_len)
+    x = ids[:n*seq_len].view(n, seq_len)
+    losses = [model(input_ids=x[i:i+8], labels=x[i:i+8]).loss.item() for i in range(0, n, 8)]
+    model.train()
+    return sum(losses)/len(losses)
+
+def main(r=RECIPE, threads=2):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.set_num_threads(threads); torch.manual_seed(r['seed'])
+    t0 = time.time()
+    train_texts, valid_texts = read_split('train'), read_split('valid')
+    tok = train_tokenizer(train_texts, r['vocab_size'])
+    train_ids, valid_ids = token_stream(tok, train_texts), token_stream(tok, valid_texts)
+    print(f'tokenizer: {len(tok)} tokens; train {len(train_ids):,} tokens, valid {len(valid_ids):,} tokens ({time.time()-t0:.0f}s)', flush=True)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=r['hidden_size'], intermediate_size=r['intermediate_size'],
+                      num_hidden_layers=r['num_hidden_layers'], num_attention_heads=r['num_attention_heads'],
+                      num_key_value_heads=r['num_key_value_heads'], max_position_embeddings=r['max_position_embeddings'],
+                      tie_word_embeddings=True, rope_theta=10000.0, bos_token_id=tok.eos_token_id,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id, attn_implementation='sdpa')
+    model = Qwen2ForCausalLM(cfg)
+    print(f'teacher: {sum(p.numel() for p in model.parameters()):,} parameters', flush=True)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{'params': decay, 'weight_decay': r['weight_decay']}, {'params': no_decay, 'weight_decay': 0.}],
+                            lr=r['lr'], betas=(0.9, 0.95))
+    def lr_at(s):
+        if s < r['warmup']: return r['lr']*(s+1)/r['warmup']
+        p = (s - r['warmup'])/max(1, r['steps'] - r['warmup'])
+        return r['min_lr'] + 0.5*(r['lr'] - r['min_lr'])*(1 + math.cos(math.pi*p))
+    g = torch.Generator().manual_seed(r['seed'])
+    L, B = r['seq_len'], r['batch_size']
+    log = dict(recipe=r, steps=[], loss=[], eval_steps=[], valid_loss=[], tokens_per_step=B*L)
+    t1 = time.time(); model.train()
+    for s in range(r['steps']):
+        starts = torch.randint(0, len(train_ids) - L - 1, (B,), generator=g)
+        x = torch.stack([train_ids[i:i+L] for i in starts.tolist()])
+        for grp in opt.param_groups: grp['lr'] = lr_at(s)
+        loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad(set_to_none=True); loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step()
+        log['steps'].append(s); log['loss'].append(round(loss.item(), 4))
+        if s % 20 == 0: print(f'step {s} loss {loss.item():.3f} lr {lr_at(s):.2e} {B*L*(s+1)/(time.time()-t1):.0f} tok/s', flush=True)
+        if (s+1) % r['eval_every'] == 0 or s+1 == r['steps']:
+            vl = eval_loss(model, valid_ids, L); log['eval_steps'].append(s+1); log['valid_loss'].append(round(vl, 4))
+            print(f'step {s+1} valid loss {vl:.3f} (ppl {math.exp(vl):.1f})', flush=True)
+    log['train_seconds'] = round(time.time() - t1, 1); log['train_tokens'] = r['steps']*B*L
+    OUT.mkdir(parents=True, exist_ok=True)
+    model.to(torch.bfloat16).save_pretrained(OUT, safe_serialization=True)
+    tok.save_pretrained(OUT)
+    (OUT/'training_log.json').write_text(json.dumps(log))
+    print(f'saved to {OUT} after {time.time()-t0:.0f}s', flush=True)
+
+if __name__ == '__main__':
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--steps', type=int, default=RECIPE['steps'])
+    p.add_argument('--threads', type=int, default=2)
+    a = p.parse_args()
+    main({**RECIPE, 'steps': a.steps}, a.threads)

@@ -1,0 +1,48 @@
+"The fallback docs build: executed notebooks as static HTML whose plotly figures draw offline."
+import os, re, shutil, subprocess
+import nbformat, pytest
+from conftest import ROOT
+import build_docs
+
+CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
+FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+         '--disable-component-update', '--disable-sync', '--virtual-time-budget=15000']
+
+def offline_dom(page, tmp_path):
+    "The DOM of `page` after scripts ran in headless Chromium with no network (own network namespace, or a dead proxy)."
+    cmd = [CHROMIUM, *FLAGS, f'--user-data-dir={tmp_path/"profile"}', '--dump-dom', page.as_uri()]
+    if shutil.which('unshare') and subprocess.run(['unshare', '-n', 'true']).returncode == 0: cmd = ['unshare', '-n', *cmd]
+    else: cmd += ['--proxy-server=http://127.0.0.1:9', '--proxy-bypass-list=<-loopback>']
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+
+@pytest.fixture(scope='module')
+def site(tmp_path_factory):
+    d = tmp_path_factory.mktemp('docs')
+    nbs, out = d/'nbs', d/'_docs'
+    nbs.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell('# A figure\n\n> subtitle\n\nSee [the other page](b_page.ipynb).'),
+        nbformat.v4.new_code_cell('#| hide\nSECRET = 1'),
+        nbformat.v4.new_code_cell('#| slow\nraise RuntimeError("slow cells are skipped")'),
+        nbformat.v4.new_code_cell('import plotly.graph_objects as go\ngo.Figure(go.Scatter(x=[1, 2, 3], y=[3, 1, 2]))'),
+        nbformat.v4.new_code_cell('go.Figure(go.Bar(x=["a", "b"], y=[1, 2]))')])
+    nbformat.write(nb, nbs/'a_page.ipynb')
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell('# Other')]), nbs/'b_page.ipynb')
+    pages = build_docs.build_html(nbs, out, flags=['notest', 'slow'])
+    return out, pages
+
+def test_pages_use_one_local_plotly(site):
+    out, pages = site
+    html = (out/'a_page.html').read_text()
+    assert (out/'plotly.min.js').exists() and len(list(out.rglob('plotly*.js'))) == 1
+    assert html.count('<script src="plotly.min.js"></script>') == 1
+    assert html.count('Plotly.newPlot') == 2 and 'cdn.plot.ly' not in html
+    assert 'plotly.js v' not in html, 'plotly.js must not be inlined into the page'
+    assert 'SECRET' not in html and '#| hide' not in html, 'hidden cells are dropped'
+    assert 'href="b_page.html"' in html and 'href="a_page.html"' in (out/'b_page.html').read_text()
+
+@pytest.mark.skipif(CHROMIUM is None, reason='Chromium is not installed (apt-get install chromium); .ci/run installs it')
+def test_figures_draw_offline_in_chromium(site, tmp_path):
+    out, _ = site
+    dom = offline_dom(out/'a_page.html', tmp_path)
+    assert dom.count('class="main-svg"') >= 2, 'plotly did not draw both figures offline'
