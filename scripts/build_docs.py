@@ -17,6 +17,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 _DIRECTIVE = re.compile(r'^\s*#\s*\|\s*(.*)$')
 PLOTLY_MIME = 'application/vnd.plotly.v1+json'
+_QUARTO_ATTRS = re.compile(r'\{(?:target|style|\.)[^}\n]*\}')  # Quarto link attributes in show_doc output
 
 def tst_flags(root=ROOT):
     "The nbdev test flags (cells carrying one are skipped), from settings.ini."
@@ -90,15 +91,18 @@ def render(nb, title, nav, flags):
     "HTML for an executed notebook: hidden cells dropped, directives stripped, plotly made local."
     from nbconvert import HTMLExporter
     nb = copy.deepcopy(nb)
-    nb.cells = [c for c in nb.cells if not is_hidden(c)]
+    nb.cells = [c for c in nb.cells if not is_hidden(c) and not (c.cell_type == 'code' and not strip_directives(c.source).strip())]
     for c in nb.cells:
+        for o in c.get('outputs', []):
+            md = o.get('data', {}).get('text/markdown')
+            if md: o['data']['text/markdown'] = _QUARTO_ATTRS.sub('', md if isinstance(md, str) else ''.join(md))
         if c.cell_type == 'code': c.source = strip_directives(c.source)
         if c.cell_type == 'markdown': c.source = re.sub(r'\(([\w./-]+)\.ipynb(#[\w-]*)?\)', r'(\1.html\2)', c.source)
     _plotly_to_html(nb)
     body, _ = HTMLExporter(template_name='lab').from_notebook_node(nb, resources={'metadata': {'name': title}})
     head = '<script src="plotly.min.js"></script>\n'
     body = body.replace('<head>', '<head>\n' + head, 1)
-    return body.replace('<body', nav + '\n<body', 1) if False else re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav, body, count=1)
+    return re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav, body, count=1)
 
 def nav_html(pages, current):
     links = ' | '.join(f'<b>{html.escape(t)}</b>' if p == current else f'<a href="{p}">{html.escape(t)}</a>' for p, t in pages)

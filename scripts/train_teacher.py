@@ -14,8 +14,8 @@ OUT = ROOT/'taylor_calibrate'/'data'/'teacher'
 
 RECIPE = dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
               num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
-              seq_len=512, batch_size=8, lr=1.5e-3, min_lr=1e-4, warmup=150, weight_decay=0.1,
-              steps=1500, seed=0, eval_every=200)
+              seq_len=512, batch_size=8, lr=1.5e-3, min_lr=1e-4, warmup=50, weight_decay=0.1,
+              steps=500, seed=0, eval_every=100)
 
 def read_split(split):
     with gzip.open(CORPUS/f'{split}.jsonl.gz', 'rt', encoding='utf-8') as f: return [json.loads(l)['text'] for l in f]
