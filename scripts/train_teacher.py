@@ -47,12 +47,12 @@ def eval_loss(model, ids, seq_len, max_windows=64):
     model.train()
     return sum(losses)/len(losses)
 
-def main(r=RECIPE, threads=2):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def main(r=RECIPE, threads=2, continue_from=None):
+    from transformers import Qwen2Config, Qwen2ForCausalLM, AutoTokenizer
     torch.set_num_threads(threads); torch.manual_seed(r['seed'])
     t0 = time.time()
     train_texts, valid_texts = read_split('train'), read_split('valid')
-    tok = train_tokenizer(train_texts, r['vocab_size'])
+    tok = AutoTokenizer.from_pretrained(continue_from) if continue_from else train_tokenizer(train_texts, r['vocab_size'])
     train_ids, valid_ids = token_stream(tok, train_texts), token_stream(tok, valid_texts)
     print(f'tokenizer: {len(tok)} tokens; train {len(train_ids):,} tokens, valid {len(valid_ids):,} tokens ({time.time()-t0:.0f}s)', flush=True)
     cfg = Qwen2Config(vocab_size=len(tok), hidden_size=r['hidden_size'], intermediate_size=r['intermediate_size'],
@@ -61,6 +61,10 @@ def main(r=RECIPE, threads=2):
                       tie_word_embeddings=True, rope_theta=10000.0, bos_token_id=tok.eos_token_id,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id, attn_implementation='sdpa')
     model = Qwen2ForCausalLM(cfg)
+    previous = None
+    if continue_from:  # a further stage from saved weights: same architecture, new optimiser and schedule
+        model = Qwen2ForCausalLM.from_pretrained(continue_from, dtype=torch.float32)
+        previous = json.loads((Path(continue_from)/'training_log.json').read_text())
     print(f'teacher: {sum(p.numel() for p in model.parameters()):,} parameters', flush=True)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -87,6 +91,13 @@ def main(r=RECIPE, threads=2):
             vl = eval_loss(model, valid_ids, L); log['eval_steps'].append(s+1); log['valid_loss'].append(round(vl, 4))
             print(f'step {s+1} valid loss {vl:.3f} (ppl {math.exp(vl):.1f})', flush=True)
     log['train_seconds'] = round(time.time() - t1, 1); log['train_tokens'] = r['steps']*B*L
+    if previous:  # one log over all stages: steps and tokens continue where the previous stage ended
+        off = previous['steps'][-1] + 1
+        log = dict(stages=previous.get('stages', [previous['recipe']]) + [r], recipe=r, tokens_per_step=B*L,
+                   steps=previous['steps'] + [off + s for s in log['steps']], loss=previous['loss'] + log['loss'],
+                   eval_steps=previous['eval_steps'] + [off + s for s in log['eval_steps']],
+                   valid_loss=previous['valid_loss'] + log['valid_loss'],
+                   train_seconds=previous['train_seconds'] + log['train_seconds'], train_tokens=previous['train_tokens'] + log['train_tokens'])
     OUT.mkdir(parents=True, exist_ok=True)
     model.to(torch.bfloat16).save_pretrained(OUT, safe_serialization=True)
     tok.save_pretrained(OUT)
@@ -97,5 +108,9 @@ if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--steps', type=int, default=RECIPE['steps'])
     p.add_argument('--threads', type=int, default=2)
+    p.add_argument('--lr', type=float, default=RECIPE['lr'])
+    p.add_argument('--warmup', type=int, default=RECIPE['warmup'])
+    p.add_argument('--seed', type=int, default=RECIPE['seed'])
+    p.add_argument('--continue-from', default=None, help='train a further stage from the weights and tokenizer in this folder')
     a = p.parse_args()
-    main({**RECIPE, 'steps': a.steps}, a.threads)
+    main({**RECIPE, 'steps': a.steps, 'lr': a.lr, 'warmup': a.warmup, 'seed': a.seed}, a.threads, a.continue_from)

@@ -1,0 +1,46 @@
+"The CLI's main jobs end to end with tiny budgets: demo on the shipped teacher, convert on a local teacher directory, report."
+import json, subprocess, sys
+from pathlib import Path
+import pytest, torch
+
+EXE = str(Path(sys.executable).with_name('taylor-calibrate'))
+
+def run(*args):
+    r = subprocess.run([EXE, *map(str, args)], capture_output=True, text=True)
+    assert 'Traceback' not in r.stderr, r.stderr
+    return r
+
+def test_demo_quick(tmp_path):
+    out = tmp_path/'demo'
+    r = run('demo', '--inits', 'naive,taylor+', '--calib-tokens', '1024', '--steps', '3', '--eval-tokens', '2048', '--out', out)
+    assert r.returncode == 0, r.stderr
+    ppl = json.loads((out/'perplexity.json').read_text())
+    assert set(ppl) == {'teacher', 'naive', 'taylor+'} and all(v > 1 for v in ppl.values())
+    assert (out/'model'/'config.json').exists() and (out/'report.html').stat().st_size > 10_000
+    r = run('report', out)
+    assert r.returncode == 0 and 'taylor+' in r.stdout
+    r = run('distill', '--student', out, '--tokens', '1024', '--seq-len', '256', '--batch-size', '2', '--eval-tokens', '512',
+            '--out', tmp_path/'distilled')
+    assert r.returncode == 0, r.stderr
+    log = json.loads((tmp_path/'distilled'/'distill_log.json').read_text())
+    assert log['tokens_seen'][-1] >= 1024 and len(log['eval_ppl']) >= 2
+
+def test_convert_local_teacher_dir(tmp_path):
+    from taylor_calibrate.teacher import load_teacher
+    from taylor_calibrate.convert import load_hybrid
+    teacher, tok = load_teacher()
+    teacher.save_pretrained(tmp_path/'teacher'); tok.save_pretrained(tmp_path/'teacher')
+    (tmp_path/'text.txt').write_text('\n'.join(f'Line {i} of some calibration text about Python lists and dicts.' for i in range(400)))
+    r = run('convert', '--teacher', tmp_path/'teacher', '--keep', '0,4', '--init', 'taylor', '--data', tmp_path/'text.txt',
+            '--calib-tokens', '512', '--steps', '2', '--seq-len', '256', '--out', tmp_path/'hybrid')
+    assert r.returncode == 0, r.stderr
+    hybrid = load_hybrid(tmp_path/'hybrid'/'model')
+    assert hybrid.config.taylor_calibrate['converted_layers'] == [1, 2, 3, 5, 6, 7]
+
+def test_convert_bad_input(tmp_path):
+    r = run('convert', '--teacher', tmp_path/'missing-dir-but-not-a-hub-name/x/y', '--data', 'train', '--out', tmp_path/'o')
+    assert r.returncode != 0 and 'error' in r.stderr
+    r = run('convert', '--teacher', tmp_path, '--data', 'train', '--out', tmp_path/'o')
+    assert r.returncode == 1 and 'lacks' in r.stderr
+    r = run('demo', '--inits', 'magic')
+    assert r.returncode == 1 and 'unknown init' in r.stderr
