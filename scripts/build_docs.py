@@ -42,6 +42,10 @@ def strip_directives(src):
 def is_hidden(cell):
     return cell.cell_type == 'code' and any(d[:1] in (['hide'], ['exporti']) or d[:2] == ['include', 'false'] for d in directives(cell))
 
+def is_echo_false(cell):
+    "Cells marked `#| echo: false` show their output but not their source."
+    return cell.cell_type == 'code' and any(d[:2] == ['echo', 'false'] for d in directives(cell))
+
 def is_flagged(cell, flags):
     return cell.cell_type == 'code' and any(d[:1] and d[0] in flags for d in directives(cell))
 
@@ -51,7 +55,7 @@ def readme_text(nb_path=ROOT/'nbs'/'index.ipynb'):
     parts = []
     for c in nb.cells:
         if c.cell_type == 'markdown': parts.append(c.source.strip())
-        elif c.cell_type == 'code' and not is_hidden(c) and strip_directives(c.source).strip():
+        elif c.cell_type == 'code' and not is_hidden(c) and not is_echo_false(c) and strip_directives(c.source).strip():
             parts.append('```python\n' + strip_directives(c.source).strip() + '\n```')
     return '\n\n'.join(parts) + '\n'
 
@@ -78,7 +82,8 @@ def execute(nb, cwd, flags, timeout=1200):
         if is_flagged(c, flags): c.source = 'pass  # skipped: ' + ' '.join(sum(directives(c), []))
     env_before = os.environ.get('PLOTLY_RENDERER')
     os.environ['PLOTLY_RENDERER'] = 'plotly_mimetype'
-    try: NotebookClient(run, timeout=timeout, kernel_name='python3', resources={'metadata': {'path': str(cwd)}}).execute()
+    try: NotebookClient(run, timeout=timeout, kernel_name='python3', store_widget_state=False,
+                        resources={'metadata': {'path': str(cwd)}}).execute()
     finally:
         if env_before is None: os.environ.pop('PLOTLY_RENDERER', None)
         else: os.environ['PLOTLY_RENDERER'] = env_before
@@ -91,12 +96,18 @@ def render(nb, title, nav, flags):
     "HTML for an executed notebook: hidden cells dropped, directives stripped, plotly made local."
     from nbconvert import HTMLExporter
     nb = copy.deepcopy(nb)
+    nb.metadata.pop('widgets', None)          # widget state would load the widget manager from a CDN
+    for c in nb.cells:                        # and so would widget views (progress bars): keep their text only
+        for o in c.get('outputs', []):
+            if 'application/vnd.jupyter.widget-view+json' in o.get('data', {}):
+                o['data'] = {k: v for k, v in o['data'].items() if k == 'text/plain'}
     nb.cells = [c for c in nb.cells if not is_hidden(c) and not (c.cell_type == 'code' and not strip_directives(c.source).strip())]
     for c in nb.cells:
         for o in c.get('outputs', []):
             md = o.get('data', {}).get('text/markdown')
             if md: o['data']['text/markdown'] = _QUARTO_ATTRS.sub('', md if isinstance(md, str) else ''.join(md))
         if c.cell_type == 'code': c.source = strip_directives(c.source)
+        if is_echo_false(c): c.metadata['jupyter'] = {**c.metadata.get('jupyter', {}), 'source_hidden': True}; c.metadata['transient'] = {'remove_source': True}
         if c.cell_type == 'markdown': c.source = re.sub(r'\(([\w./-]+)\.ipynb(#[\w-]*)?\)', r'(\1.html\2)', c.source)
     _plotly_to_html(nb)
     body, _ = HTMLExporter(template_name='lab').from_notebook_node(nb, resources={'metadata': {'name': title}})

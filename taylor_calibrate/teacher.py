@@ -6,14 +6,14 @@
 __all__ = ['DATA_DIR', 'CORPUS_DIR', 'TEACHER_DIR', 'SPLITS', 'load_corpus', 'corpus_token_ids', 'load_teacher', 'perplexity',
            'training_log', 'training_curve', 'attention_maps', 'attention_heatmap']
 
-# %% ../nbs/02_teacher.ipynb #69673add
+# %% ../nbs/02_teacher.ipynb #39431263
 import gzip, json, math
 from pathlib import Path
 import torch, torch.nn.functional as F
 import plotly.graph_objects as go
 from tqdm.auto import tqdm
 
-# %% ../nbs/02_teacher.ipynb #d21d9e4f
+# %% ../nbs/02_teacher.ipynb #fa0bcd68
 DATA_DIR = Path(__file__).parent/'data' if '__file__' in globals() else Path('../taylor_calibrate/data')
 CORPUS_DIR, TEACHER_DIR = DATA_DIR/'corpus', DATA_DIR/'teacher'
 SPLITS = ('train', 'valid', 'test')
@@ -26,7 +26,7 @@ def load_corpus(split: str = 'train'):
     from datasets import load_dataset
     return load_dataset('json', data_files=str(fn), split='train')
 
-# %% ../nbs/02_teacher.ipynb #863614a5
+# %% ../nbs/02_teacher.ipynb #c6f4af31
 def corpus_token_ids(tokenizer, split: str = 'train', max_tokens: int | None = None) -> torch.Tensor:
     "The token ids of a corpus split: documents in order, each followed by the end-of-text token, cut at `max_tokens`."
     ids, eos = [], tokenizer.eos_token_id
@@ -37,7 +37,7 @@ def corpus_token_ids(tokenizer, split: str = 'train', max_tokens: int | None = N
     if not ids: raise ValueError(f'corpus split {split!r} gave no tokens')
     return torch.tensor(ids[:max_tokens], dtype=torch.long)
 
-# %% ../nbs/02_teacher.ipynb #bfa99614
+# %% ../nbs/02_teacher.ipynb #7d21c5b2
 _REQUIRED = ('config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json')
 
 def load_teacher(name_or_dir: str | Path | None = None, dtype=torch.float32, device='cpu'):
@@ -56,7 +56,7 @@ def load_teacher(name_or_dir: str | Path | None = None, dtype=torch.float32, dev
     tok = AutoTokenizer.from_pretrained(src)
     return model, tok
 
-# %% ../nbs/02_teacher.ipynb #1344e37f
+# %% ../nbs/02_teacher.ipynb #4cfe6235
 @torch.no_grad()
 def perplexity(model, tokenizer_or_ids, split: str = 'test', seq_len: int = 512, max_tokens: int | None = None,
                batch_size: int = 8, progress: bool = True) -> float:
@@ -83,7 +83,7 @@ def perplexity(model, tokenizer_or_ids, split: str = 'test', seq_len: int = 512,
     finally: model.train(was_training)
     return math.exp(nll / n)
 
-# %% ../nbs/02_teacher.ipynb #e87144e1
+# %% ../nbs/02_teacher.ipynb #26466413
 def training_log(teacher_dir: str | Path = TEACHER_DIR) -> dict:
     "The shipped teacher's training log: recipe, per-step training loss, held-out (valid) loss, wall time."
     return json.loads((Path(teacher_dir)/'training_log.json').read_text())
@@ -95,7 +95,7 @@ def training_curve(log: dict) -> go.Figure:
                      go.Scatter(x=[s*tokens for s in log['eval_steps']], y=log['valid_loss'], name='valid loss', mode='lines+markers')])
     return fig.update_layout(title='Teacher training', xaxis_title='tokens seen', yaxis_title='cross-entropy (nats)', height=380)
 
-# %% ../nbs/02_teacher.ipynb #763676f3
+# %% ../nbs/02_teacher.ipynb #6fb7fb21
 @torch.no_grad()
 def attention_maps(model, input_ids: torch.Tensor) -> torch.Tensor:
     "Full softmax attention matrices [layers, batch, heads, T, T] from eager attention (short inputs only)."
