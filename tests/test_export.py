@@ -29,3 +29,12 @@ def test_every_export_has_a_docstring():
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names and not ast.get_docstring(node):
                 missing.append(f'{p.name}:{node.name}')
     assert not missing, f'exported without a docstring: {missing}'
+
+def test_notebooks_are_clean(tmp_path):
+    "nbdev_clean must leave the committed notebooks unchanged (no stray metadata, execution counts or outputs)."
+    shutil.copy(ROOT/'settings.ini', tmp_path/'settings.ini')
+    shutil.copytree(ROOT/'nbs', tmp_path/'nbs')
+    exe = Path(sys.executable).with_name('nbdev_clean')
+    subprocess.run([str(exe)], cwd=tmp_path, check=True, capture_output=True)
+    dirty = [p.name for p in sorted((ROOT/'nbs').glob('*.ipynb')) if p.read_text() != (tmp_path/'nbs'/p.name).read_text()]
+    assert not dirty, f'run nbdev_clean: {dirty}'
