@@ -198,7 +198,7 @@ def test_two_process_data_parallel_matches_one_process(teacher, data, tmp_path):
     script.write_text(DDP_SCRIPT.format(tests=str(Path(__file__).parent)))
     env = dict(os.environ, ACCELERATE_USE_CPU='true', OMP_NUM_THREADS='1')
     r = subprocess.run([str(Path(sys.executable).parent/'torchrun'), '--standalone', '--nproc_per_node', '2', str(script),
-                        str(tmp_path/'ddp.safetensors'), str(tmp_path/'ck')], env=env, capture_output=True, text=True, timeout=300)
+                        str(tmp_path/'ddp.safetensors'), str(tmp_path/'ck')], env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f'processes 2 tokens {[s * TOKENS_PER_STEP for s in range(1, 6)]}' in r.stdout
     single = perturbed(teacher)
