@@ -7,7 +7,7 @@ __all__ = ['EVAL_SPLIT', 'RECIPES', 'token_windows', 'Recipe', 'get_recipe', 're
            'concentration', 'set_write_gate', 'gated_head_outputs', 'set_value_scale', 'set_output_gate', 'phase1',
            'layer_fit', 'phase2', 'CalibrationReport', 'calibrate', 'report_html']
 
-# %% ../nbs/05_calibrate.ipynb #a240d49c
+# %% ../nbs/05_calibrate.ipynb #b40584c1
 import copy, json, math, time, warnings
 from dataclasses import dataclass, field, asdict, replace
 import torch, torch.nn.functional as F
@@ -22,7 +22,7 @@ from .teacher import corpus_token_ids, SPLITS
 from .stats import attention_stats
 from .convert import to_hybrid, select_layers, gdn_modules
 
-# %% ../nbs/05_calibrate.ipynb #e3c5707b
+# %% ../nbs/05_calibrate.ipynb #299ed0f0
 EVAL_SPLIT = 'test'
 
 def _texts_to_ids(texts, tokenizer, max_tokens):
@@ -55,7 +55,7 @@ def token_windows(data, tokenizer=None, seq_len: int = 512, max_tokens: int | No
     if n == 0: raise ValueError(f'the calibration data has {ids.numel()} tokens, fewer than one window of seq_len={seq_len}')
     return ids[:n*seq_len].view(n, seq_len)
 
-# %% ../nbs/05_calibrate.ipynb #31a8df36
+# %% ../nbs/05_calibrate.ipynb #99405bb5
 @dataclass(frozen=True)
 class Recipe:
     "Which Taylor-Calibrate steps run, with which constants and budgets."
@@ -83,7 +83,7 @@ class Recipe:
     patience: int = 0                   # evaluations without held-out improvement before stopping (0 = never)
 
 _PAPER = dict(phase1=True, phase2=True)
-_OURS = dict(exact_decay=True, exact_beta=True, acting_scale=True, minibatch=True, calib_tokens=16384,
+_OURS = dict(exact_decay=True, exact_beta=True, acting_scale=False, minibatch=True, calib_tokens=16384,
              heldout_tokens=2048, batch_windows=4, patience=8)
 RECIPES = {
     'naive': Recipe('naive'),
@@ -100,7 +100,7 @@ def get_recipe(init) -> Recipe:
     if init not in RECIPES: raise ValueError(f'unknown init {init!r}; accepted: {", ".join(RECIPES)}')
     return RECIPES[init]
 
-# %% ../nbs/05_calibrate.ipynb #75f58f4d
+# %% ../nbs/05_calibrate.ipynb #973b718f
 def _valid(t, mask):
     "Rows of a [n, T, ...] tensor at real (unpadded) positions: [N, ...]."
     return t[mask.bool()]
@@ -138,7 +138,7 @@ def set_decay(gdn: GatedDeltaNet, mean_distance: torch.Tensor, x=None, mask=None
         gdn.dt_bias.copy_(_bisect(lambda b: F.softplus(ax + b).mean(0), rate))
     return gdn.dt_bias.clone()
 
-# %% ../nbs/05_calibrate.ipynb #87dcbaa3
+# %% ../nbs/05_calibrate.ipynb #d28a57df
 def concentration(entropy: torch.Tensor, rel_entropy: torch.Tensor, how: str = 'minmax') -> torch.Tensor:
     "Per-head concentration c_h in [0, 1] from entropy: min-max across the layer's heads (paper) or 1 - relative entropy."
     if how == 'minmax': return concentration_minmax(entropy)
@@ -162,7 +162,7 @@ def set_write_gate(gdn: GatedDeltaNet, beta_star: torch.Tensor, x: torch.Tensor,
         W.add_(delta[:, None] * xbar[None] / xbar.dot(xbar).clamp_min(1e-12))
     return W.clone()
 
-# %% ../nbs/05_calibrate.ipynb #e5d56161
+# %% ../nbs/05_calibrate.ipynb #48035354
 def _head_rows(t, H):
     "View the last dim of t as [H, d]."
     return t.view(*t.shape[:-1], H, -1)
@@ -192,7 +192,7 @@ def set_value_scale(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, 
         gdn.o_proj.weight.data.view(gdn.o_proj.weight.shape[0], H, -1).mul_(sigma[None, :, None])
     return sigma
 
-# %% ../nbs/05_calibrate.ipynb #50752465
+# %% ../nbs/05_calibrate.ipynb #926cc262
 @torch.no_grad()
 def set_output_gate(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, damping: float = 0.01) -> float:
     "Phase 1 output gate: g_proj = alpha* W_V with alpha* = damping * RMS(teacher context) / RMS(act(W_V x))."
@@ -205,7 +205,7 @@ def set_output_gate(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, 
     if gdn.g_proj.bias is not None: gdn.g_proj.bias.zero_()
     return float(alpha)
 
-# %% ../nbs/05_calibrate.ipynb #4cc4c70e
+# %% ../nbs/05_calibrate.ipynb #92411769
 def phase1(gdn: GatedDeltaNet, head_stats: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor, recipe: Recipe) -> dict:
     "Run Phase 1 on one GDN layer from its teacher head statistics and calibration I/O; returns the per-head targets."
     c = concentration(head_stats['entropy'], head_stats['rel_entropy'], recipe.concentration)
@@ -220,7 +220,7 @@ def phase1(gdn: GatedDeltaNet, head_stats: dict, x: torch.Tensor, context: torch
         alpha = set_output_gate(gdn, context, x, mask, recipe.damping)
     return dict(concentration=c, beta_star=beta_star, dt_bias=gdn.dt_bias.detach().clone(), sigma=sigma, alpha=alpha)
 
-# %% ../nbs/05_calibrate.ipynb #13e7f881
+# %% ../nbs/05_calibrate.ipynb #602666ec
 def layer_fit(gdn: GatedDeltaNet, x: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, batch: int = 8) -> dict:
     "MSE and cosine similarity of a GDN layer's output to the teacher attention output, over real tokens."
     se, dot, nx, ny, n = 0., 0., 0., 0., 0
@@ -278,7 +278,7 @@ def phase2(gdn: GatedDeltaNet, x: torch.Tensor, target: torch.Tensor, mask: torc
     gdn.eval()
     return curve
 
-# %% ../nbs/05_calibrate.ipynb #16dd4f5c
+# %% ../nbs/05_calibrate.ipynb #17a2527e
 @dataclass
 class CalibrationReport:
     "What `calibrate` did and measured: per-head statistics and targets, per-layer fits, Phase-2 curves, timings."
@@ -350,7 +350,7 @@ class CalibrationReport:
         "All of the report's figures."
         return [self.fig_fit(), self.fig_heads(), self.fig_curves()]
 
-# %% ../nbs/05_calibrate.ipynb #d5610701
+# %% ../nbs/05_calibrate.ipynb #31627501
 def _windows_needed(tokens, seq_len): return max(1, math.ceil(tokens / seq_len))
 
 def _check_vocab(teacher, tokenizer, windows=None):
@@ -461,7 +461,7 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, device, progres
     teacher.to(teacher_dev)
     return hybrid, rep
 
-# %% ../nbs/05_calibrate.ipynb #16bb0261
+# %% ../nbs/05_calibrate.ipynb #22e0c138
 def report_html(reports: list, perplexities: dict | None = None) -> str:
     "A standalone HTML page with a perplexity table and every report's figures (plotly.js embedded once)."
     import html as _html
