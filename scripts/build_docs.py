@@ -82,7 +82,7 @@ def execute(nb, cwd, flags, timeout=1200):
         if is_flagged(c, flags): c.source = 'pass  # skipped: ' + ' '.join(sum(directives(c), []))
     env_before = os.environ.get('PLOTLY_RENDERER')
     os.environ['PLOTLY_RENDERER'] = 'plotly_mimetype'
-    try: NotebookClient(run, timeout=timeout, kernel_name='python3', store_widget_state=False,
+    try: NotebookClient(run, timeout=timeout, kernel_name='python3',
                         resources={'metadata': {'path': str(cwd)}}).execute()
     finally:
         if env_before is None: os.environ.pop('PLOTLY_RENDERER', None)
@@ -133,17 +133,17 @@ def build_html(nbs=ROOT/'nbs', out=ROOT/'_docs', only=None, execute_nbs=True, fl
     nbs, out = Path(nbs), Path(out)
     paths = sorted(p for p in nbs.glob('*.ipynb') if not p.name.startswith(('_', '.')))
     paths.sort(key=lambda p: (p.name != 'index.ipynb', p.name))
-    if only: paths = [p for p in paths if p.name in only or p.stem in only]
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(Path(plotly.__file__).parent/'package_data'/'plotly.min.js', out/'plotly.min.js')
     nbs_read = [(p, nbformat.read(p, as_version=4)) for p in paths]
-    pages = [(page_name(p), notebook_title(nb, p.stem)) for p, nb in nbs_read]
+    pages = [(page_name(p), notebook_title(nb, p.stem)) for p, nb in nbs_read]          # every page in the navigation
     for (p, nb), (page, title) in zip(nbs_read, pages):
+        if only and p.name not in only and p.stem not in only: continue
         t0 = time.time()
         if execute_nbs: nb = execute(nb, p.parent, flags)
         (out/page).write_text(render(nb, title, nav_html(pages, page), flags), encoding='utf-8')
         print(f'{p.name} -> {out/page} ({time.time()-t0:.1f}s)', flush=True)
-    return [out/pg for pg, _ in pages]
+    return [out/page_name(p) for p, _ in nbs_read if not only or p.name in only or p.stem in only]
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
