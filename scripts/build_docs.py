@@ -107,10 +107,12 @@ def render(nb, title, nav, flags):
             md = o.get('data', {}).get('text/markdown')
             if md: o['data']['text/markdown'] = _QUARTO_ATTRS.sub('', md if isinstance(md, str) else ''.join(md))
         if c.cell_type == 'code': c.source = strip_directives(c.source)
-        if is_echo_false(c): c.metadata['jupyter'] = {**c.metadata.get('jupyter', {}), 'source_hidden': True}; c.metadata['transient'] = {'remove_source': True}
+        if is_echo_false(c): c.metadata['tags'] = [*c.metadata.get('tags', []), 'remove_input']
         if c.cell_type == 'markdown': c.source = re.sub(r'\(([\w./-]+)\.ipynb(#[\w-]*)?\)', r'(\1.html\2)', c.source)
     _plotly_to_html(nb)
-    body, _ = HTMLExporter(template_name='lab').from_notebook_node(nb, resources={'metadata': {'name': title}})
+    from traitlets.config import Config
+    cfg = Config(); cfg.TagRemovePreprocessor.remove_input_tags = {'remove_input'}; cfg.TagRemovePreprocessor.enabled = True
+    body, _ = HTMLExporter(template_name='lab', config=cfg).from_notebook_node(nb, resources={'metadata': {'name': title}})
     head = '<script src="plotly.min.js"></script>\n'
     body = body.replace('<head>', '<head>\n' + head, 1)
     return re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav, body, count=1)
