@@ -7,8 +7,11 @@ Within each configuration the implementations are interleaved repetition by repe
 hits them alike. Wall-clock medians are the headline numbers; process CPU time is recorded too (it is far less
 sensitive to other processes on a shared machine), as is the CPU share other processes took during the run.
 
-Run: python bench/bench_gdn.py            (about 20 minutes on 2 shared cores)
+Run: python bench/bench_gdn.py            (eager phase, then compiled references at T=512 within --compile-budget-s)
      python bench/bench_gdn.py --quick    (a seconds-long smoke test, not for numbers)
+The committed results/gdn.json came from two invocations (recorded in meta): the eager phase with `--compile-T`
+(nothing compiled; 52 minutes on a machine whose other jobs took most of the CPU), then
+`--compiled-only --compile-T 2048 512 --compile-refs hf_torch_chunk --compile-budget-s 900` (13 minutes, idle machine).
 """
 import argparse, json, math, os, platform, statistics, sys, time
 from pathlib import Path

@@ -8,19 +8,19 @@ __all__ = ['l2norm', 'online_regression_errors', 'plot_online_regression', 'deca
            'recurrent_gated_delta_rule_step', 'chunk_gated_delta_rule_torch', 'gated_delta_rule', 'GatedRMSNorm',
            'GatedDeltaNet', 'bench_summary']
 
-# %% ../nbs/01_gdn.ipynb #21eb3e66
+# %% ../nbs/01_gdn.ipynb #906bedc7
 import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from .device import fla_kernels_available
 
-# %% ../nbs/01_gdn.ipynb #e042ac72
+# %% ../nbs/01_gdn.ipynb #c97d00c6
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     "Normalise the last dimension as fla's kernels do: `x * rsqrt(sum(x^2) + eps)` (not `F.normalize`)."
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
-# %% ../nbs/01_gdn.ipynb #be4b9dfc
+# %% ../nbs/01_gdn.ipynb #68b5e1fc
 def online_regression_errors(head_dim: int = 16, steps: int = 200, betas=(0.1, 0.5, 1.0), seed: int = 0) -> dict:
     "Relative error ||S_t - M||/||M|| of delta-rule memories (one per beta) and of a linear-attention sum, on a stream v_t = M^T k_t."
     gen = torch.Generator().manual_seed(seed)
@@ -37,7 +37,7 @@ def online_regression_errors(head_dim: int = 16, steps: int = 200, betas=(0.1, 0
         errs['linear attention'].append(((L - M).norm() / M.norm()).item())
     return errs
 
-# %% ../nbs/01_gdn.ipynb #1b83a7ac
+# %% ../nbs/01_gdn.ipynb #9dbfc481
 def plot_online_regression(**kwargs):
     "Plotly figure of `online_regression_errors(**kwargs)`: error of the memory against the true map, per step."
     import plotly.graph_objects as go
@@ -48,7 +48,7 @@ def plot_online_regression(**kwargs):
                       width=720, height=380)
     return fig
 
-# %% ../nbs/01_gdn.ipynb #7d91a06e
+# %% ../nbs/01_gdn.ipynb #d1876c12
 def decay_half_life(g) -> torch.Tensor:
     "Half-life in tokens, ln 2 / |g|, of a per-token log-decay g (<= 0); infinite for g = 0."
     g = torch.as_tensor(g, dtype=torch.float64)
@@ -59,7 +59,7 @@ def readable_fraction(lag, half_life: float, beta: float, head_dim: int) -> torc
     lag = torch.as_tensor(lag, dtype=torch.float64)
     return beta * (2 ** (-1 / half_life) * (1 - beta / head_dim)) ** lag
 
-# %% ../nbs/01_gdn.ipynb #bd0264c0
+# %% ../nbs/01_gdn.ipynb #1802ebf2
 def plot_retention(half_lives=(8, 64, 512), betas=(0.2, 1.0), head_dim: int = 64, max_lag: int = 512):
     "Plotly figure of `readable_fraction` against the lag, one line per (half-life, beta)."
     import plotly.graph_objects as go
@@ -73,7 +73,7 @@ def plot_retention(half_lives=(8, 64, 512), betas=(0.2, 1.0), head_dim: int = 64
                       yaxis_title='readable fraction', width=720, height=380)
     return fig
 
-# %% ../nbs/01_gdn.ipynb #a80d2deb
+# %% ../nbs/01_gdn.ipynb #25876919
 def gated_rms_norm(o: torch.Tensor, weight: torch.Tensor, gate: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
     "fla's `FusedRMSNormGated` (swish) over the last dim: `o * rsqrt(mean(o^2)+eps) * weight * silu(gate)`, in float32; plain RMSNorm without `gate`."
     dtype = o.dtype
@@ -96,7 +96,7 @@ def plot_output_gate(gate_values=(-3.0, 0.0, 3.0), head_dim: int = 64, seed: int
                       xaxis_title='scale of o_t', yaxis_title='RMS of gated output', width=720, height=380)
     return fig
 
-# %% ../nbs/01_gdn.ipynb #db153548
+# %% ../nbs/01_gdn.ipynb #d967b643
 def gdn_gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, allow_neg_eigval: bool = False):
     "(beta, g) from raw `a_proj`/`b_proj` outputs: beta = sigmoid(b) (x2 if `allow_neg_eigval`), g = -exp(A_log) * softplus(a + dt_bias)."
     beta = torch.sigmoid(b.float())
@@ -104,7 +104,7 @@ def gdn_gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: to
     g = -A_log.float().exp() * F.softplus(a.float() + dt_bias.float())
     return beta, g
 
-# %% ../nbs/01_gdn.ipynb #e9579c59
+# %% ../nbs/01_gdn.ipynb #4ed8c282
 def naive_recurrent_gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     "Float64 step-by-step gated delta rule (the test reference): returns (o [B,T,H,V] float64, final state [B,H,K,V] or None)."
     q, k, v, g, beta = (x.double() for x in (q, k, v, g, beta))
@@ -120,7 +120,7 @@ def naive_recurrent_gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_s
         outs.append(torch.einsum('bhk,bhkv->bhv', q[:, t] * scale, S))
     return torch.stack(outs, 1), (S if output_final_state else None)
 
-# %% ../nbs/01_gdn.ipynb #49b276a8
+# %% ../nbs/01_gdn.ipynb #e860f9dd
 def recurrent_gated_delta_rule_step(q, k, v, g, beta, state=None, scale=None):
     "One token of the gated delta rule: q,k [B,H,K], v [B,H,V], g,beta [B,H], state [B,H,K,V] -> (o [B,H,V], new state float32)."
     B, H, K = q.shape
@@ -133,7 +133,7 @@ def recurrent_gated_delta_rule_step(q, k, v, g, beta, state=None, scale=None):
     o = ((q.float() * scale)[..., None] * state).sum(-2)
     return o.to(v.dtype), state
 
-# %% ../nbs/01_gdn.ipynb #31a8e955
+# %% ../nbs/01_gdn.ipynb #9f26a9db
 _LOG_CLAMP = 80.0     # exp() beyond +-80 leaves the CPU fast path; exp(-80) ~ 2e-35 stands in for 0
 _BLOCK = 64           # (chunk, head) pairs per block of chunk-local work: temporaries of ~1 MB stay in cache
 
@@ -168,7 +168,7 @@ def _decay_into(out, gc):
     "Gamma[z,i,j] = exp(gc_i - gc_j) for j <= i and 0 above the diagonal, written into `out`."
     return _exp_into(out, torch.sub(gc[:, :, None], gc[:, None, :], out=out)).tril_()
 
-# %% ../nbs/01_gdn.ipynb #8adbe97b
+# %% ../nbs/01_gdn.ipynb #53536cd9
 class _ChunkGatedDeltaRule(torch.autograd.Function):
     "Chunked gated delta rule on chunk-major float32 tensors, with a hand-written backward."
     @staticmethod
@@ -271,7 +271,7 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         chunked = lambda t: t.view(N, BH, *t.shape[1:])
         return chunked(dq), chunked(dk), chunked(dv), chunked(dg), chunked(dbeta), dS0
 
-# %% ../nbs/01_gdn.ipynb #312ab0a0
+# %% ../nbs/01_gdn.ipynb #47bf3b0a
 def chunk_gated_delta_rule_torch(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
     "Chunked gated delta rule in PyTorch (any device, differentiable, float32 inside): -> (o [B,T,H,V] in v's dtype, final state [B,H,K,V] float32 or None)."
     B, T, H, K = q.shape
@@ -282,7 +282,7 @@ def chunk_gated_delta_rule_torch(q, k, v, g, beta, scale=None, initial_state=Non
                                       _chunk_major(g, C), _chunk_major(beta, C), S0)
     return _from_chunk_major(O, B, H, T).to(v.dtype), (S.view(B, H, K, V) if output_final_state else None)
 
-# %% ../nbs/01_gdn.ipynb #457b3af4
+# %% ../nbs/01_gdn.ipynb #3373deb3
 def _fla_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state, chunk_size):
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
     kw = dict(q=q, k=k, v=v, g=g.float(), beta=beta, scale=scale, output_final_state=output_final_state,
@@ -300,7 +300,7 @@ def gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_fi
         return o[:, None], (S if output_final_state else None)
     return chunk_gated_delta_rule_torch(q, k, v, g, beta, scale, initial_state, output_final_state, chunk_size)
 
-# %% ../nbs/01_gdn.ipynb #64c1a18f
+# %% ../nbs/01_gdn.ipynb #e4abccee
 class GatedRMSNorm(nn.Module):
     "Per-head output norm with fla's parameter `weight`: RMSNorm, times `weight`, times silu(gate) when a gate is given."
     def __init__(self, dim: int, eps: float = 1e-5):
@@ -310,7 +310,7 @@ class GatedRMSNorm(nn.Module):
         "Normalise o over its last dim (float32 inside), scale by `weight`, gate by silu(gate) if given."
         return gated_rms_norm(o, self.weight, gate, self.eps)
 
-# %% ../nbs/01_gdn.ipynb #9c0b2459
+# %% ../nbs/01_gdn.ipynb #71d3e45e
 def _identity_conv(dim: int, size: int) -> nn.Conv1d:
     conv = nn.Conv1d(dim, dim, size, groups=dim, bias=False)
     with torch.no_grad():
@@ -325,7 +325,7 @@ def _causal_conv(conv: nn.Conv1d, x: torch.Tensor, tail: torch.Tensor | None):
     y = F.conv1d(full.transpose(1, 2), conv.weight, groups=x.shape[2]).transpose(1, 2)
     return y, full[:, full.shape[1] - (W - 1):]
 
-# %% ../nbs/01_gdn.ipynb #3c219b62
+# %% ../nbs/01_gdn.ipynb #5cd56daf
 class GatedDeltaNet(nn.Module):
     "Gated DeltaNet layer with fla's parameterisation; fla kernels on CUDA, `chunk_gated_delta_rule_torch` elsewhere."
     def __init__(self, hidden_size: int, num_heads: int, head_dim: int, expand_v: float = 1.0, use_short_conv: bool = False,
@@ -421,7 +421,7 @@ class GatedDeltaNet(nn.Module):
         o = self.o_norm(o.to(hidden_states.dtype), gate)
         return self.o_proj(o.reshape(B, T, self.value_dim)), new_state
 
-# %% ../nbs/01_gdn.ipynb #c253b968
+# %% ../nbs/01_gdn.ipynb #2a936e7b
 def bench_summary(path) -> 'pd.DataFrame | None':
     "The summary table of a `bench/bench_gdn.py` results JSON as a DataFrame (None if the file does not exist)."
     import json, pandas as pd
