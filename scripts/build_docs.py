@@ -3,11 +3,14 @@
     python scripts/build_docs.py readme            # write README.md from nbs/index.ipynb
     python scripts/build_docs.py readme --check    # exit 1 if README.md is out of date
     python scripts/build_docs.py html              # execute every notebook, render _docs/*.html
+    python scripts/build_docs.py screenshot _docs/07_explore.html shot.png --from The-static-twin
 
 The HTML build executes each notebook with nbclient, skipping cells that carry one of the
 `tst_flags` of settings.ini (as `nbdev_test` does), drops `#| hide` cells and directive lines,
 and turns plotly outputs into `Plotly.newPlot` calls against ONE local copy of plotly.js
-(`_docs/plotly.min.js`), so figures stay interactive with no kernel and no network.
+(`_docs/plotly.min.js`), so figures stay interactive with no kernel and no network. Maths
+(`$...$`, `$$...$$`) is rendered at build time to MathML (latex2mathml), which browsers draw
+natively: no MathJax, no CDN.
 Machines with Quarto can still use `nbdev_docs` (nbs/_quarto.yml is kept valid).
 """
 import argparse, configparser, copy, html, json, os, re, shutil, sys, time, uuid
@@ -59,6 +62,31 @@ def readme_text(nb_path=ROOT/'nbs'/'index.ipynb'):
             parts.append('```python\n' + strip_directives(c.source).strip() + '\n```')
     return '\n\n'.join(parts) + '\n'
 
+_CODE = re.compile(r'(```.*?```|`[^`\n]*`)', re.S)                  # code spans and fences keep their dollars
+_MATH = re.compile(r'\$\$(.+?)\$\$|(?<![\\$])\$(?!\s)([^$\n]+?)(?<!\s)\$(?!\d)', re.S)
+_MATHJAX = re.compile(r'\s*<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->', re.S)
+
+def math_to_placeholders(md, store):
+    "Markdown with each `$...$` / `$$...$$` outside code replaced by a placeholder; `store` maps it to (MathML, plain text)."
+    from latex2mathml.converter import convert
+    def sub(m):
+        key = f'TCMATH{len(store):05d}X'
+        block = m.group(1) is not None
+        tex = (m.group(1) if block else m.group(2)).strip()
+        store[key] = (convert(tex, display='block' if block else 'inline'), re.sub(r'[^A-Za-z0-9]+', '', tex))
+        return key
+    parts = _CODE.split(md)
+    return ''.join(p if i % 2 else _MATH.sub(sub, p) for i, p in enumerate(parts))
+
+_PLACEHOLDER = re.compile(r'TCMATH\d{5}X')
+_ATTR = re.compile(r'(=")([^"]*TCMATH\d{5}X[^"]*)(")')
+_REMOTE_SCRIPT = re.compile(r'<script[^>]*src="https?://[^"]*"[^>]*>\s*</script>\s*')
+
+def fill_maths(body, maths):
+    "Placeholders become MathML in text, and plain text inside attributes (heading anchors and their links)."
+    body = _ATTR.sub(lambda m: m.group(1) + _PLACEHOLDER.sub(lambda k: maths[k.group(0)][1], m.group(2)) + m.group(3), body)
+    return _PLACEHOLDER.sub(lambda k: maths[k.group(0)][0], body)
+
 def plotly_div(fig_json):
     "A div and a script that draw one plotly figure with the page's local plotly.js."
     div = f'plotly-{uuid.UUID(int=hash(json.dumps(fig_json, sort_keys=True)) % (1 << 128)).hex[:12]}'
@@ -102,17 +130,22 @@ def render(nb, title, nav, flags):
             if 'application/vnd.jupyter.widget-view+json' in o.get('data', {}):
                 o['data'] = {k: v for k, v in o['data'].items() if k == 'text/plain'}
     nb.cells = [c for c in nb.cells if not is_hidden(c) and not (c.cell_type == 'code' and not strip_directives(c.source).strip())]
+    maths = {}
     for c in nb.cells:
         for o in c.get('outputs', []):
             md = o.get('data', {}).get('text/markdown')
             if md: o['data']['text/markdown'] = _QUARTO_ATTRS.sub('', md if isinstance(md, str) else ''.join(md))
         if c.cell_type == 'code': c.source = strip_directives(c.source)
         if is_echo_false(c): c.metadata['tags'] = [*c.metadata.get('tags', []), 'remove_input']
-        if c.cell_type == 'markdown': c.source = re.sub(r'\(([\w./-]+)\.ipynb(#[\w-]*)?\)', r'(\1.html\2)', c.source)
+        if c.cell_type == 'markdown':
+            c.source = math_to_placeholders(re.sub(r'\(([\w./-]+)\.ipynb(#[\w-]*)?\)', r'(\1.html\2)', c.source), maths)
     _plotly_to_html(nb)
     from traitlets.config import Config
     cfg = Config(); cfg.TagRemovePreprocessor.remove_input_tags = {'remove_input'}; cfg.TagRemovePreprocessor.enabled = True
     body, _ = HTMLExporter(template_name='lab', config=cfg).from_notebook_node(nb, resources={'metadata': {'name': title}})
+    body = _MATHJAX.sub('', body)                                    # maths is MathML already: no MathJax from a CDN
+    body = fill_maths(body, maths)
+    body = _REMOTE_SCRIPT.sub('', body)                              # require.js from a CDN: nothing here needs it
     head = '<script src="plotly.min.js"></script>\n'
     body = body.replace('<head>', '<head>\n' + head, 1)
     return re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav, body, count=1)
@@ -147,12 +180,31 @@ def build_html(nbs=ROOT/'nbs', out=ROOT/'_docs', only=None, execute_nbs=True, fl
         print(f'{p.name} -> {out/page} ({time.time()-t0:.1f}s)', flush=True)
     return [out/page_name(p) for p, _ in nbs_read if not only or p.name in only or p.stem in only]
 
+def screenshot(page, png, anchor=None, width=1280, height=2000):
+    "PNG of `page` drawn by headless Chromium with no network; with `anchor`, from the cell holding that id onwards."
+    page = Path(page).resolve()
+    if anchor:
+        s = page.read_text(encoding='utf-8')
+        cells = [m.start() for m in re.finditer(r'<div[^>]*class="jp-Cell ', s)]
+        at = s.index(f'id="{anchor}"')
+        page = page.with_name(f'.shot-{page.name}')
+        page.write_text(s[:cells[0]] + s[max(c for c in cells if c < at):], encoding='utf-8')
+    chromium = shutil.which('chromium') or shutil.which('chromium-browser')
+    cmd = [chromium, '--headless', '--no-sandbox', '--disable-gpu', '--virtual-time-budget=15000', f'--window-size={width},{height}',
+           f'--screenshot={Path(png).resolve()}', page.as_uri()]
+    import subprocess
+    if shutil.which('unshare') and subprocess.run(['unshare', '-n', 'true']).returncode == 0: cmd = ['unshare', '-n', *cmd]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    if anchor: page.unlink()
+
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest='cmd', required=True)
     r = sub.add_parser('readme'); r.add_argument('--check', action='store_true')
     h = sub.add_parser('html'); h.add_argument('notebooks', nargs='*'); h.add_argument('--out', default=str(ROOT/'_docs'))
     h.add_argument('--no-execute', action='store_true')
+    sh = sub.add_parser('screenshot'); sh.add_argument('page'); sh.add_argument('png'); sh.add_argument('--from', dest='anchor')
+    sh.add_argument('--height', type=int, default=2000)
     a = ap.parse_args()
     if a.cmd == 'readme':
         txt, fn = readme_text(), ROOT/'README.md'
@@ -161,4 +213,5 @@ if __name__ == '__main__':
             print('README.md is ' + ('in sync' if ok else 'OUT OF DATE: run python scripts/build_docs.py readme'))
             sys.exit(0 if ok else 1)
         fn.write_text(txt, encoding='utf-8'); print(f'wrote {fn}')
+    elif a.cmd == 'screenshot': screenshot(a.page, a.png, a.anchor, height=a.height)
     else: build_html(out=a.out, only=a.notebooks or None, execute_nbs=not a.no_execute)

@@ -1,99 +1,173 @@
 """The paper's experiments at small scale on the shipped teacher (issue 9): zero-shot grid, retention sweep,
 recovery distillation, and the GQA-copy ablation. Calibration on TRAIN, layer selection on VALID, evaluation on TEST.
 
-    python scripts/experiments.py --mini --out /tmp/exp.json     # a few steps of everything (CI smoke run)
-    python scripts/experiments.py                                # the full run -> bench/results/experiments.json
-    python scripts/experiments.py --parts grid,gqa --seeds 1     # a subset
+    python scripts/experiments.py --mini --out-dir /tmp/exp        # a few steps of everything (CI smoke run)
+    python scripts/experiments.py --workers 2                      # the full run -> bench/results/experiments/
+    python scripts/experiments.py --parts grid,gqa --seeds 1       # a subset
 
-Recovery budget: `--recovery-tokens` per init (the same for every init); validation perplexity on VALID.
+Every finished run is appended as one JSON line to `<out-dir>/runs.jsonl` (the ledger); a run already in the
+ledger is never repeated, so an interrupted script resumes where it stopped, and runs shared by two parts
+(the retention sweep's 25% row and the GQA ablation's correct copy are grid cells) are computed once.
+`--workers N` starts N processes that take runs from one list (claimed through files, so no run is done
+twice) and split the CPU between them. At the end the ledger is summarised into `<out-dir>/experiments.json`,
+which the results notebook reads. Recovery budget: `--recovery-tokens` per init (the same for every init);
+validation perplexity on VALID.
 """
-import argparse, json, math, statistics, time
+import argparse, hashlib, json, os, statistics, subprocess, sys, time
 from pathlib import Path
 import torch
-from taylor_calibrate.teacher import load_teacher, perplexity, corpus_token_ids
-from taylor_calibrate.core import calibrate, token_windows
-from taylor_calibrate.distill import distill, tokens_to_reach
 
+ROOT = Path(__file__).resolve().parents[1]
 INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
+POLICIES = ('uniform:0.25', 'ar:0.25', 'ga-s2:0.25')
+RECOVERY_INITS = ('naive', 'zero_gate', 'taylor', 'taylor+')
+RETENTION = (0.25, 0.5, 0.75)
+RETENTION_INITS = ('naive', 'taylor', 'taylor+')
+TARGETS = (1.05, 1.1, 1.25, 1.5, 2.0)          # recovery targets, x teacher validation perplexity (the paper's metric uses 1.25-2x)
 
-def _summ(xs): return dict(values=xs, mean=statistics.mean(xs), std=statistics.pstdev(xs))
+# ----- the list of runs -----
+def zero_shot_job(keep, init, seed, kv_copy='heads'): return dict(kind='zero_shot', keep=keep, init=init, seed=seed, kv_copy=kv_copy)
+def recovery_job(init): return dict(kind='recovery', init=init, keep='uniform:0.25', seed=0)
+def job_key(job): return '|'.join(f'{k}={job[k]}' for k in sorted(job))
 
-def zero_shot(teacher, tok, test_ids, keep, init, seeds, budget):
-    ppls = []
-    for s in range(seeds):
-        student = calibrate(teacher, 'train', keep=keep, init=init, tokenizer=tok, seed=s, progress=False, **budget)
-        ppls.append(perplexity(student, test_ids, progress=False))
-    return dict(**_summ(ppls), kept=student.calibration_report.keep)
+def jobs(parts, seeds, mini=False):
+    "Every run the requested parts need, most informative first: all of seed 0, then recovery, then the other seeds."
+    policies = POLICIES[:1] if mini else POLICIES
+    def seed_jobs(s):
+        out = []
+        if 'grid' in parts: out += [zero_shot_job(p, i, s) for p in policies for i in INITS]
+        if 'gqa' in parts: out += [zero_shot_job('uniform:0.25', 'taylor', s, kv) for kv in ('heads', 'rows_bug')]
+        if 'retention' in parts: out += [zero_shot_job(f'uniform:{f}', i, s) for f in RETENTION for i in RETENTION_INITS]
+        return out
+    todo = seed_jobs(0) + ([recovery_job(i) for i in RECOVERY_INITS] if 'recovery' in parts else [])
+    for s in range(1, seeds): todo += seed_jobs(s)
+    return list({job_key(j): j for j in todo}.values())        # shared cells once, first position kept
 
-def grid(teacher, tok, test_ids, seeds, budget, policies=('uniform:0.25', 'ar:0.25', 'ga-s2:0.25')):
-    out = {}
-    for pol in policies:
-        for init in INITS:
-            t0 = time.time(); out[f'{pol}|{init}'] = r = zero_shot(teacher, tok, test_ids, pol, init, seeds, budget)
-            print(f'grid {pol:12} {init:10} ppl {r["mean"]:10.2f} +- {r["std"]:7.2f} kept {r["kept"]} ({time.time()-t0:.0f}s)', flush=True)
-    return out
+# ----- the ledger -----
+def read_ledger(out_dir, setup_id):
+    path = Path(out_dir)/'runs.jsonl'
+    if not path.exists(): return {}
+    rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+    return {r['key']: r for r in rows if r['setup_id'] == setup_id}
 
-def retention(teacher, tok, test_ids, seeds, budget):
-    out = {}
-    for frac in (0.25, 0.5, 0.75):
-        for init in ('naive', 'taylor', 'taylor+'):
-            out[f'uniform:{frac}|{init}'] = r = zero_shot(teacher, tok, test_ids, f'uniform:{frac}', init, seeds, budget)
-            print(f'retention {frac} {init:8} ppl {r["mean"]:10.2f}', flush=True)
-    return out
+def append_ledger(out_dir, row):
+    with open(Path(out_dir)/'runs.jsonl', 'a') as f:
+        f.write(json.dumps(row, default=float) + '\n'); f.flush(); os.fsync(f.fileno())
 
-def gqa(teacher, tok, test_ids, seeds, budget):
-    out = {}
-    for kv in ('heads', 'rows_bug'):
-        out[kv] = r = zero_shot_kv(teacher, tok, test_ids, kv, seeds, budget)
-        print(f'gqa {kv:9} ppl {r["mean"]:10.2f}', flush=True)
-    return out
+def claim(out_dir, key):
+    "True if this process is the first to claim `key` (an exclusive file create)."
+    d = Path(out_dir)/'.claims'; d.mkdir(exist_ok=True)
+    try: os.close(os.open(d/hashlib.sha1(key.encode()).hexdigest(), os.O_CREAT | os.O_EXCL | os.O_WRONLY)); return True
+    except FileExistsError: return False
 
-def zero_shot_kv(teacher, tok, test_ids, kv_copy, seeds, budget):
-    ppls = [perplexity(calibrate(teacher, 'train', keep='uniform:0.25', init='taylor', tokenizer=tok, seed=s, progress=False,
-                                 gdn_options=dict(kv_copy=kv_copy), **budget), test_ids, progress=False) for s in range(seeds)]
-    return _summ(ppls)
+# ----- running one job -----
+def budget(a): return dict(steps=3, calib_tokens=1024, heldout_tokens=512) if a.mini else {}
 
-def recovery(teacher, tok, teacher_ppl_valid, valid_ids, tokens, budget, seq_len, batch_size):
-    train = token_windows('train', tok, seq_len, max_tokens=tokens + 64 * seq_len)[64:]   # past the first windows calibration reads most
-    out = {}
-    for init in ('naive', 'zero_gate', 'taylor', 'taylor+'):
+def run_zero_shot(job, teacher, tok, test_ids, a):
+    from taylor_calibrate.core import calibrate
+    from taylor_calibrate.teacher import perplexity
+    student = calibrate(teacher, 'train', keep=job['keep'], init=job['init'], tokenizer=tok, seed=job['seed'], progress=False,
+                        gdn_options=dict(kv_copy=job['kv_copy']), **budget(a))
+    rep = student.calibration_report
+    return dict(ppl=perplexity(student, test_ids, progress=False), kept=rep.keep, timings=rep.timings)
+
+def recovery_windows(tok, a):
+    "Distillation windows from TRAIN, after the first 64 windows (those calibration reads)."
+    from taylor_calibrate.core import token_windows
+    return token_windows('train', tok, a.seq_len, max_tokens=a.recovery_tokens + 64 * a.seq_len)[64:]
+
+def run_recovery(job, teacher, tok, valid_ids, a):
+    from taylor_calibrate.core import calibrate
+    from taylor_calibrate.distill import distill
+    student = calibrate(teacher, 'train', keep=job['keep'], init=job['init'], tokenizer=tok, seed=job['seed'], progress=False, **budget(a))
+    t0 = time.time()
+    log = distill(student, teacher, recovery_windows(tok, a), tokens=a.recovery_tokens, seq_len=a.seq_len, batch_size=a.batch_size,
+                  eval_data=valid_ids, eval_tokens=valid_ids.numel(), progress=False)
+    return dict(log=json.loads(log.to_json()), distill_s=time.time() - t0)
+
+def setup_of(a, test_ids, valid_ids):
+    s = dict(eval_split='test', eval_tokens=test_ids.numel(), selection_split='valid', calib_split='train', valid_tokens=valid_ids.numel(),
+             mini=a.mini, budget=budget(a), recovery_tokens=a.recovery_tokens, seq_len=a.seq_len, batch_size=a.batch_size,
+             torch=torch.__version__)
+    return s, hashlib.sha1(json.dumps(s, sort_keys=True).encode()).hexdigest()[:12]
+
+def load(a):
+    from taylor_calibrate.teacher import load_teacher, corpus_token_ids
+    teacher, tok = load_teacher()
+    return teacher, tok, corpus_token_ids(tok, 'test', a.eval_tokens), corpus_token_ids(tok, 'valid', a.valid_tokens)
+
+def work(a):
+    "Take unclaimed, unfinished runs from the list until none is left."
+    teacher, tok, test_ids, valid_ids = load(a)
+    setup, sid = setup_of(a, test_ids, valid_ids)
+    for job in jobs(a.parts.split(','), a.seeds, a.mini):
+        key = job_key(job)
+        if key in read_ledger(a.out_dir, sid) or not claim(a.out_dir, key): continue
         t0 = time.time()
-        student = calibrate(teacher, 'train', keep='uniform:0.25', init=init, tokenizer=tok, progress=False, **budget)
-        log = distill(student, teacher, train, tokens=tokens, seq_len=seq_len, batch_size=batch_size, eval_data=valid_ids,
-                      eval_tokens=valid_ids.numel(), progress=False)
-        out[init] = json.loads(log.to_json())
-        print(f'recovery {init:9} valid ppl {log.eval_ppl[0]:10.2f} -> {log.eval_ppl[-1]:8.2f} ({time.time()-t0:.0f}s)', flush=True)
-    targets = {f'{m}x teacher': m * teacher_ppl_valid for m in (1.25, 1.5, 2.0)}
-    if 'naive' in out: targets['naive final'] = out['naive']['eval_ppl'][-1]
-    reach = {}
-    from taylor_calibrate.distill import DistillLog
-    for init, j in out.items():
-        log = DistillLog.from_json(json.dumps(j))
-        reach[init] = {t: tokens_to_reach(log, v) for t, v in targets.items()}
-    ratios = {}
-    for t in targets:
-        n, c = reach['naive'][t], reach['taylor'][t]
-        ratios[t] = None if n is None or c is None or not c[0] else dict(ratio=n[0] / c[0], naive_upper_bound=n[1], taylor_upper_bound=c[1])
-    return dict(logs=out, targets=targets, tokens_to_reach=reach, naive_over_taylor=ratios, teacher_valid_ppl=teacher_ppl_valid)
+        res = (run_zero_shot(job, teacher, tok, test_ids, a) if job['kind'] == 'zero_shot' else run_recovery(job, teacher, tok, valid_ids, a))
+        append_ledger(a.out_dir, dict(key=key, setup_id=sid, job=job, seconds=time.time() - t0, **res))
+        what = f"ppl {res['ppl']:9.2f}" if 'ppl' in res else f"valid ppl {res['log']['eval_ppl'][0]:.2f} -> {res['log']['eval_ppl'][-1]:.2f}"
+        print(f"[worker {a.worker}] {job['kind']:9} {job['keep']:13} {job['init']:9} seed {job['seed']} {job.get('kv_copy', ''):8} "
+              f"{what} ({time.time() - t0:.0f}s)", flush=True)
+
+# ----- the summary the notebook reads -----
+def _summ(xs): return dict(values=xs, mean=statistics.mean(xs), std=statistics.pstdev(xs), n=len(xs))
+
+def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl):
+    "Group the ledger's runs into the grid, retention, GQA and recovery tables (mean and spread over seeds)."
+    from taylor_calibrate.distill import DistillLog, tokens_to_reach
+    zs = {}
+    for r in ledger.values():
+        j = r['job']
+        if j['kind'] == 'zero_shot': zs.setdefault((j['keep'], j['init'], j['kv_copy']), []).append((j['seed'], r))
+    def cell(keep, init, kv='heads'):
+        rs = sorted(zs.get((keep, init, kv), []), key=lambda t: t[0])
+        if not rs: return None
+        return dict(**_summ([r['ppl'] for _, r in rs]), seeds=[s for s, _ in rs], kept=[r['kept'] for _, r in rs],
+                    seconds=statistics.median([r['seconds'] for _, r in rs]))
+    drop_empty = lambda d: {k: v for k, v in d.items() if v is not None}
+    out = dict(setup=setup, teacher_test_ppl=teacher_test_ppl, teacher_valid_ppl=teacher_valid_ppl,
+               grid=drop_empty({f'{p}|{i}': cell(p, i) for p in POLICIES for i in INITS}),
+               retention=drop_empty({f'uniform:{f}|{i}': cell(f'uniform:{f}', i) for f in RETENTION for i in RETENTION_INITS}),
+               gqa=drop_empty({kv: cell('uniform:0.25', 'taylor', kv) for kv in ('heads', 'rows_bug')}))
+    logs = {r['job']['init']: r['log'] for r in ledger.values() if r['job']['kind'] == 'recovery'}
+    if logs:
+        targets = {f'{m}x teacher': m * teacher_valid_ppl for m in TARGETS}
+        if 'naive' in logs: targets['naive final'] = logs['naive']['eval_ppl'][-1]
+        reach = {i: {t: tokens_to_reach(DistillLog.from_json(json.dumps(j)), v) for t, v in targets.items()} for i, j in logs.items()}
+        ratios = {}
+        for init in ('taylor', 'taylor+'):
+            if 'naive' not in reach or init not in reach: continue
+            ratios[init] = {t: _ratio(reach['naive'][t], reach[init][t]) for t in targets}
+        out['recovery'] = dict(logs=logs, targets=targets, tokens_to_reach=reach, naive_over=ratios)
+    return out
+
+def _ratio(naive, calibrated):
+    "naive tokens / calibrated tokens to a target; 'inf' when the calibrated run starts at the target, None when either never gets there."
+    if naive is None or calibrated is None: return None
+    if calibrated[0] == 0: return dict(ratio=float('inf'), naive_tokens=naive[0], calibrated_tokens=0, naive_upper_bound=naive[1])
+    return dict(ratio=naive[0] / calibrated[0], naive_tokens=naive[0], calibrated_tokens=calibrated[0],
+                naive_upper_bound=naive[1], calibrated_upper_bound=calibrated[1])
 
 def main(a):
     torch.set_num_threads(a.threads); torch.set_flush_denormal(True)
-    teacher, tok = load_teacher()
-    test_ids = corpus_token_ids(tok, 'test', a.eval_tokens)
-    valid_ids = corpus_token_ids(tok, 'valid', a.valid_tokens)
-    budget = dict(steps=3, calib_tokens=1024, heldout_tokens=512) if a.mini else {}
-    res = dict(setup=dict(eval_split='test', eval_tokens=test_ids.numel(), selection_split='valid', calib_split='train',
-                          seeds=a.seeds, mini=a.mini, budget=budget, recovery_tokens=a.recovery_tokens),
-               teacher_test_ppl=perplexity(teacher, test_ids, progress=False))
-    parts = a.parts.split(',')
-    if 'grid' in parts: res['grid'] = grid(teacher, tok, test_ids, a.seeds, budget, ('uniform:0.25',) if a.mini else ('uniform:0.25', 'ar:0.25', 'ga-s2:0.25'))
-    if 'retention' in parts: res['retention'] = retention(teacher, tok, test_ids, a.seeds, budget)
-    if 'gqa' in parts: res['gqa'] = gqa(teacher, tok, test_ids, a.seeds, budget)
-    if 'recovery' in parts:
-        res['recovery'] = recovery(teacher, tok, perplexity(teacher, valid_ids, progress=False), valid_ids, a.recovery_tokens,
-                                   budget, a.seq_len, a.batch_size)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1, default=float)); print('wrote', a.out)
+    out_dir = Path(a.out_dir); out_dir.mkdir(parents=True, exist_ok=True)
+    if a.worker is not None: return work(a)
+    claims = out_dir/'.claims'
+    if claims.exists():
+        for f in claims.iterdir(): f.unlink()
+    if a.workers == 1: a.worker = 0; work(a)
+    else:
+        args = sys.argv[1:]
+        procs = [subprocess.Popen([sys.executable, __file__, *args, '--worker', str(w), '--threads', str(max(1, a.threads // a.workers))])
+                 for w in range(a.workers)]
+        if any(p.wait() for p in procs): raise SystemExit('a worker failed; finished runs are in the ledger, rerun to resume')
+    from taylor_calibrate.teacher import perplexity
+    teacher, tok, test_ids, valid_ids = load(a)
+    setup, sid = setup_of(a, test_ids, valid_ids)
+    res = summarise(read_ledger(out_dir, sid), dict(setup, seeds=a.seeds, parts=a.parts),
+                    perplexity(teacher, test_ids, progress=False), perplexity(teacher, valid_ids, progress=False))
+    (out_dir/'experiments.json').write_text(json.dumps(res, indent=1, default=float)); print('wrote', out_dir/'experiments.json')
     return res
 
 if __name__ == '__main__':
@@ -101,13 +175,15 @@ if __name__ == '__main__':
     p.add_argument('--mini', action='store_true', help='tiny budgets everywhere: checks the code path, measures nothing')
     p.add_argument('--parts', default='grid,retention,gqa,recovery')
     p.add_argument('--seeds', type=int, default=3)
-    p.add_argument('--eval-tokens', type=int, default=None)
+    p.add_argument('--eval-tokens', type=int, default=None, help='test tokens per evaluation (default: the whole test split)')
     p.add_argument('--valid-tokens', type=int, default=16384)
     p.add_argument('--recovery-tokens', type=int, default=262144)
     p.add_argument('--seq-len', type=int, default=512)
     p.add_argument('--batch-size', type=int, default=8)
     p.add_argument('--threads', type=int, default=2)
-    p.add_argument('--out', default=str(Path(__file__).resolve().parents[1]/'bench'/'results'/'experiments.json'))
+    p.add_argument('--workers', type=int, default=1, help='processes sharing the run list (each gets threads // workers threads)')
+    p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument('--out-dir', default=str(ROOT/'bench'/'results'/'experiments'))
     a = p.parse_args()
     if a.mini: a.seeds, a.eval_tokens, a.valid_tokens, a.recovery_tokens, a.seq_len, a.batch_size = 1, 2048, 1024, 1024, 256, 2
     main(a)

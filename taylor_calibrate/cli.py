@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument('--out', default='taylor-calibrate-demo', help='output folder (default: %(default)s)')
     d.add_argument('--keep', default='uniform:0.25', help='layers kept as attention: a policy or a comma list (default: %(default)s)')
     d.add_argument('--inits', default='naive,zero_gate,taylor,taylor+', help='inits to compare (default: %(default)s)')
-    d.add_argument('--eval-tokens', type=int, default=None, help='test tokens to evaluate on (default: the whole test split)')
+    d.add_argument('--eval-tokens', type=int, default=32768, help='first test tokens to evaluate on; 0 for the whole test split (default: %(default)s)')
     d.add_argument('--calib-tokens', type=int, default=None, help="calibration tokens (default: each init's own budget)")
     d.add_argument('--steps', type=int, default=None, help="Phase-2 steps per layer (default: each init's own, 300)")
     d.add_argument('--seed', type=int, default=0)
@@ -122,7 +122,7 @@ def run_demo(args) -> int:
     for i in inits: get_recipe(i)
     t0 = time.time()
     teacher, tok = load_teacher()
-    test_ids = corpus_token_ids(tok, 'test', args.eval_tokens)
+    test_ids = corpus_token_ids(tok, 'test', args.eval_tokens or None)
     print(f'teacher: shipped {teacher.config.model_type}, {teacher.config.num_hidden_layers} layers; keep {args.keep}; '
           f'evaluating on {test_ids.numel():,} test tokens', flush=True)
     table = {'teacher': perplexity(teacher, test_ids, progress=False)}

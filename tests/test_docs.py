@@ -46,3 +46,38 @@ def test_figures_draw_offline_in_chromium(site, tmp_path):
     out, _ = site
     dom = offline_dom(out/'a_page.html', tmp_path)
     assert dom.count('class="main-svg"') >= 2, 'plotly did not draw both figures offline'
+
+# ----- the real site: every notebook executed and rendered, then crawled offline -----
+HREF = re.compile(r'(?:href|src)="([^"]*)"')
+
+@pytest.fixture(scope='module')
+def real_site(tmp_path_factory):
+    out = tmp_path_factory.mktemp('site')/'_docs'
+    build_docs.build_html(ROOT/'nbs', out)
+    return out
+
+def internal_links(html):
+    "Relative link targets of a page (file, anchor); external and data links are left out."
+    return [tuple((u.split('#', 1) + [''])[:2]) for u in HREF.findall(html) if u and not re.match(r'^[a-z][a-z0-9+.-]*:', u)]
+
+def test_site_links_and_resources(real_site):
+    pages = sorted(real_site.glob('*.html'))
+    assert {p.stem for p in pages} == {p.stem for p in (ROOT/'nbs').glob('*.ipynb')}, 'one page per notebook'
+    for page in pages:
+        html = page.read_text()
+        assert not re.search(r'<script[^>]*src="https?:', html), f'{page.name} loads a script from the network'
+        assert 'TCMATH' not in html and 'mathjax' not in html.lower(), f'{page.name}: maths not rendered to MathML'
+        for target, anchor in internal_links(html):
+            dest = real_site/target if target else page
+            assert dest.exists(), f'{page.name} links to missing {target}'
+            if anchor and dest.suffix == '.html':
+                assert f'id="{anchor}"' in dest.read_text(), f'{page.name} links to missing anchor {target}#{anchor}'
+
+@pytest.mark.skipif(CHROMIUM is None, reason='Chromium is not installed (apt-get install chromium); .ci/run installs it')
+def test_site_draws_offline(real_site, tmp_path):
+    for page in sorted(real_site.glob('*.html')):
+        html, dom = page.read_text(), offline_dom(page, tmp_path)
+        assert 'tc-nav' in dom, f'{page.name} did not load'
+        n = html.count('class="plotly-graph-div"')
+        assert dom.count('class="plot-container plotly"') == n, f'{page.name}: not all of its {n} plotly figures drew offline'
+        assert dom.count('<math') == html.count('<math'), f'{page.name}: maths lost in the browser'

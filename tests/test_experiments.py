@@ -1,14 +1,24 @@
-"A miniature run of scripts/experiments.py (every part, a few steps each) keeps the experiment code path tested."
+"A miniature run of scripts/experiments.py (every part, a few steps each, two workers) keeps the experiment code path tested."
 import json, subprocess, sys
-from pathlib import Path
 from conftest import ROOT
 
+def run(out, *extra):
+    return subprocess.run([sys.executable, str(ROOT/'scripts'/'experiments.py'), '--mini', '--threads', '2', '--out-dir', str(out), *extra],
+                          capture_output=True, text=True)
+
 def test_experiments_mini(tmp_path):
-    out = tmp_path/'exp.json'
-    r = subprocess.run([sys.executable, str(ROOT/'scripts'/'experiments.py'), '--mini', '--threads', '1', '--out', str(out)],
-                       capture_output=True, text=True)
+    r = run(tmp_path, '--workers', '2')
     assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(out.read_text())
+    res = json.loads((tmp_path/'experiments.json').read_text())
     assert {'grid', 'retention', 'gqa', 'recovery'} <= set(res)
-    assert all(v['mean'] > 1 for v in res['grid'].values())
+    assert len(res['grid']) == 6 and all(v['mean'] > 1 and v['n'] == 1 for v in res['grid'].values())
+    assert res['retention']['uniform:0.25|taylor'] == res['grid']['uniform:0.25|taylor']     # a shared cell, computed once
+    assert set(res['gqa']) == {'heads', 'rows_bug'}
     assert set(res['recovery']['logs']) == {'naive', 'zero_gate', 'taylor', 'taylor+'}
+    rows = (tmp_path/'runs.jsonl').read_text().splitlines()
+    keys = [json.loads(l)['key'] for l in rows]
+    assert len(keys) == len(set(keys)) == 6 + 1 + 6 + 4         # grid, gqa rows_bug, retention 50%/75%, recovery: each run once
+    # a second invocation finds every run in the ledger and only re-summarises
+    r = run(tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path/'runs.jsonl').read_text().splitlines() == rows
