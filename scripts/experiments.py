@@ -32,7 +32,7 @@ def job_key(job): return '|'.join(f'{k}={job[k]}' for k in sorted(job))
 
 def jobs(parts, seeds, mini=False):
     "Every run the requested parts need, most informative first: all of seed 0, then recovery, then the other seeds."
-    policies = POLICIES[:1] if mini else POLICIES
+    policies = POLICIES[:2] if mini else POLICIES
     def seed_jobs(s):
         out = []
         if 'grid' in parts: out += [zero_shot_job(p, i, s) for p in policies for i in INITS]
@@ -54,22 +54,30 @@ def append_ledger(out_dir, row):
     with open(Path(out_dir)/'runs.jsonl', 'a') as f:
         f.write(json.dumps(row, default=float) + '\n'); f.flush(); os.fsync(f.fileno())
 
+def claim_name(key): return hashlib.sha1(key.encode()).hexdigest()
+
 def claim(out_dir, key):
     "True if this process is the first to claim `key` (an exclusive file create)."
     d = Path(out_dir)/'.claims'; d.mkdir(exist_ok=True)
-    try: os.close(os.open(d/hashlib.sha1(key.encode()).hexdigest(), os.O_CREAT | os.O_EXCL | os.O_WRONLY)); return True
+    try: os.close(os.open(d/claim_name(key), os.O_CREAT | os.O_EXCL | os.O_WRONLY)); return True
     except FileExistsError: return False
 
 # ----- running one job -----
 def budget(a): return dict(steps=3, calib_tokens=1024, heldout_tokens=512) if a.mini else {}
 
-def run_zero_shot(job, teacher, tok, test_ids, a):
+def selection_source(job):
+    "The run whose layer choice `job` reuses (None: it selects itself): AR is init- and seed-free, GA-S2 depends on the init only."
+    if job['kind'] != 'zero_shot' or job['keep'].startswith('uniform'): return None
+    src = dict(job, seed=0, kv_copy='heads', init=INITS[0] if job['keep'].startswith('ar') else job['init'])
+    return None if src == job else src
+
+def run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept=None):
     from taylor_calibrate.core import calibrate
     from taylor_calibrate.teacher import perplexity
-    student = calibrate(teacher, 'train', keep=job['keep'], init=job['init'], tokenizer=tok, seed=job['seed'], progress=False,
-                        gdn_options=dict(kv_copy=job['kv_copy']), **budget(a))
+    student = calibrate(teacher, 'train', keep=kept or job['keep'], init=job['init'], tokenizer=tok, seed=job['seed'], progress=False,
+                        selection_data=valid_ids[:a.selection_tokens], gdn_options=dict(kv_copy=job['kv_copy']), **budget(a))
     rep = student.calibration_report
-    return dict(ppl=perplexity(student, test_ids, progress=False), kept=rep.keep, timings=rep.timings)
+    return dict(ppl=perplexity(student, test_ids, progress=False), kept=rep.keep, selection=rep.selection, timings=rep.timings)
 
 def recovery_windows(tok, a):
     "Distillation windows from TRAIN, after the first 64 windows (those calibration reads)."
@@ -97,18 +105,30 @@ def load(a):
     return teacher, tok, corpus_token_ids(tok, 'test', a.eval_tokens), corpus_token_ids(tok, 'valid', a.valid_tokens)
 
 def work(a):
-    "Take unclaimed, unfinished runs from the list until none is left."
+    "Take unclaimed, unfinished runs from the list until none is left; a run that reuses another's layer choice waits for it."
     teacher, tok, test_ids, valid_ids = load(a)
     setup, sid = setup_of(a, test_ids, valid_ids)
-    for job in jobs(a.parts.split(','), a.seeds, a.mini):
-        key = job_key(job)
-        if key in read_ledger(a.out_dir, sid) or not claim(a.out_dir, key): continue
-        t0 = time.time()
-        res = (run_zero_shot(job, teacher, tok, test_ids, a) if job['kind'] == 'zero_shot' else run_recovery(job, teacher, tok, valid_ids, a))
-        append_ledger(a.out_dir, dict(key=key, setup_id=sid, job=job, seconds=time.time() - t0, **res))
-        what = f"ppl {res['ppl']:9.2f}" if 'ppl' in res else f"valid ppl {res['log']['eval_ppl'][0]:.2f} -> {res['log']['eval_ppl'][-1]:.2f}"
-        print(f"[worker {a.worker}] {job['kind']:9} {job['keep']:13} {job['init']:9} seed {job['seed']} {job.get('kv_copy', ''):8} "
-              f"{what} ({time.time() - t0:.0f}s)", flush=True)
+    todo = jobs(a.parts.split(','), a.seeds, a.mini)
+    while True:
+        ledger, waiting, ran = read_ledger(a.out_dir, sid), False, False
+        for job in todo:
+            key = job_key(job)
+            if key in ledger or (Path(a.out_dir)/'.claims'/claim_name(key)).exists(): continue
+            src = selection_source(job)
+            if src is not None and job_key(src) not in ledger: waiting = True; continue
+            if not claim(a.out_dir, key): continue
+            t0 = time.time()
+            kept = ledger[job_key(src)]['kept'] if src is not None else None
+            res = (run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept) if job['kind'] == 'zero_shot'
+                   else run_recovery(job, teacher, tok, valid_ids, a))
+            append_ledger(a.out_dir, dict(key=key, setup_id=sid, job=job, seconds=time.time() - t0, **res))
+            what = f"ppl {res['ppl']:9.2f}" if 'ppl' in res else f"valid ppl {res['log']['eval_ppl'][0]:.2f} -> {res['log']['eval_ppl'][-1]:.2f}"
+            print(f"[worker {a.worker}] {job['kind']:9} {job['keep']:13} {job['init']:9} seed {job['seed']} {job.get('kv_copy', ''):8} "
+                  f"{what} ({time.time() - t0:.0f}s)", flush=True)
+            ran = True; break                     # re-read the ledger: runs waiting on this one may be free now
+        if not ran:
+            if not waiting: return
+            time.sleep(5)
 
 # ----- the summary the notebook reads -----
 def _summ(xs): return dict(values=xs, mean=statistics.mean(xs), std=statistics.pstdev(xs), n=len(xs))
@@ -165,7 +185,7 @@ def main(a):
     from taylor_calibrate.teacher import perplexity
     teacher, tok, test_ids, valid_ids = load(a)
     setup, sid = setup_of(a, test_ids, valid_ids)
-    res = summarise(read_ledger(out_dir, sid), dict(setup, seeds=a.seeds, parts=a.parts),
+    res = summarise(read_ledger(out_dir, sid), dict(setup, seeds=a.seeds, parts=a.parts, selection_tokens=a.selection_tokens),
                     perplexity(teacher, test_ids, progress=False), perplexity(teacher, valid_ids, progress=False))
     (out_dir/'experiments.json').write_text(json.dumps(res, indent=1, default=float)); print('wrote', out_dir/'experiments.json')
     return res
@@ -177,6 +197,7 @@ if __name__ == '__main__':
     p.add_argument('--seeds', type=int, default=3)
     p.add_argument('--eval-tokens', type=int, default=None, help='test tokens per evaluation (default: the whole test split)')
     p.add_argument('--valid-tokens', type=int, default=16384)
+    p.add_argument('--selection-tokens', type=int, default=16384, help='VALID tokens the AR and GA-S2 layer scores are measured on')
     p.add_argument('--recovery-tokens', type=int, default=262144)
     p.add_argument('--seq-len', type=int, default=512)
     p.add_argument('--batch-size', type=int, default=8)
@@ -185,5 +206,5 @@ if __name__ == '__main__':
     p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument('--out-dir', default=str(ROOT/'bench'/'results'/'experiments'))
     a = p.parse_args()
-    if a.mini: a.seeds, a.eval_tokens, a.valid_tokens, a.recovery_tokens, a.seq_len, a.batch_size = 1, 2048, 1024, 1024, 256, 2
+    if a.mini: a.seeds, a.eval_tokens, a.valid_tokens, a.recovery_tokens, a.seq_len, a.batch_size, a.selection_tokens = 1, 2048, 1024, 1024, 256, 2, 1024
     main(a)

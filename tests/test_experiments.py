@@ -11,13 +11,15 @@ def test_experiments_mini(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path/'experiments.json').read_text())
     assert {'grid', 'retention', 'gqa', 'recovery'} <= set(res)
-    assert len(res['grid']) == 6 and all(v['mean'] > 1 and v['n'] == 1 for v in res['grid'].values())
+    assert len(res['grid']) == 12 and all(v['mean'] > 1 and v['n'] == 1 for v in res['grid'].values())
     assert res['retention']['uniform:0.25|taylor'] == res['grid']['uniform:0.25|taylor']     # a shared cell, computed once
     assert set(res['gqa']) == {'heads', 'rows_bug'}
+    kept = {tuple(map(tuple, v['kept'])) for k, v in res['grid'].items() if k.startswith('ar:')}
+    assert len(kept) == 1, 'every AR run reuses the one AR layer choice'
     assert set(res['recovery']['logs']) == {'naive', 'zero_gate', 'taylor', 'taylor+'}
     rows = (tmp_path/'runs.jsonl').read_text().splitlines()
     keys = [json.loads(l)['key'] for l in rows]
-    assert len(keys) == len(set(keys)) == 6 + 1 + 6 + 4         # grid, gqa rows_bug, retention 50%/75%, recovery: each run once
+    assert len(keys) == len(set(keys)) == 12 + 1 + 6 + 4        # grid, gqa rows_bug, retention 50%/75%, recovery: each run once
     # a second invocation finds every run in the ledger and only re-summarises
     r = run(tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
