@@ -13,7 +13,7 @@ and turns plotly outputs into `Plotly.newPlot` calls against ONE local copy of p
 natively: no MathJax, no CDN.
 Machines with Quarto can still use `nbdev_docs` (nbs/_quarto.yml is kept valid).
 """
-import argparse, configparser, copy, html, json, os, re, shutil, sys, time, uuid
+import argparse, configparser, copy, hashlib, html, json, os, re, shutil, sys, time
 from pathlib import Path
 import nbformat
 
@@ -87,20 +87,21 @@ def fill_maths(body, maths):
     body = _ATTR.sub(lambda m: m.group(1) + _PLACEHOLDER.sub(lambda k: maths[k.group(0)][1], m.group(2)) + m.group(3), body)
     return _PLACEHOLDER.sub(lambda k: maths[k.group(0)][0], body)
 
-def plotly_div(fig_json):
-    "A div and a script that draw one plotly figure with the page's local plotly.js."
-    div = f'plotly-{uuid.UUID(int=hash(json.dumps(fig_json, sort_keys=True)) % (1 << 128)).hex[:12]}'
+def plotly_div(fig_json, index=0):
+    "A div and a script that draw one plotly figure (the page's `index`-th) with the page's local plotly.js."
+    div = f'plotly-{index}-{hashlib.sha1(json.dumps(fig_json, sort_keys=True).encode()).hexdigest()[:10]}'   # unique on the page
     payload = json.dumps({'data': fig_json.get('data', []), 'layout': fig_json.get('layout', {}),
                           'config': {'responsive': True, **fig_json.get('config', {})}})
     return (f'<div id="{div}" class="plotly-graph-div" style="width:100%;min-height:450px"></div>\n'
             f'<script>(function(){{var f={payload};Plotly.newPlot("{div}",f.data,f.layout,f.config);}})();</script>')
 
 def _plotly_to_html(nb):
+    n = 0
     for c in nb.cells:
         for o in c.get('outputs', []):
             data = o.get('data', {})
             if PLOTLY_MIME in data:
-                o['data'] = {'text/html': plotly_div(data[PLOTLY_MIME])}
+                o['data'] = {'text/html': plotly_div(data[PLOTLY_MIME], n)}; n += 1
 
 def execute(nb, cwd, flags, timeout=1200):
     "Execute a notebook in `cwd`, skipping flagged cells; returns the executed copy."

@@ -37,6 +37,8 @@ def test_pages_use_one_local_plotly(site):
     assert (out/'plotly.min.js').exists() and len(list(out.rglob('plotly*.js'))) == 1
     assert html.count('<script src="plotly.min.js"></script>') == 1
     assert html.count('Plotly.newPlot') == 2 and 'cdn.plot.ly' not in html
+    ids = re.findall(r'id="(plotly-[^"]+)"', html)
+    assert len(ids) == len(set(ids)) == 2, 'each figure needs its own div id'
     assert 'plotly.js v' not in html, 'plotly.js must not be inlined into the page'
     assert 'SECRET' not in html and '#| hide' not in html, 'hidden cells are dropped'
     assert 'href="b_page.html"' in html and 'href="a_page.html"' in (out/'b_page.html').read_text()
