@@ -31,16 +31,13 @@ def recovery_job(init): return dict(kind='recovery', init=init, keep='uniform:0.
 def job_key(job): return '|'.join(f'{k}={job[k]}' for k in sorted(job))
 
 def jobs(parts, seeds, mini=False):
-    "Every run the requested parts need, most informative first: all of seed 0, then recovery, then the other seeds."
+    "Every run the requested parts need, most informative first: seed 0 of everything, recovery, the grid's (and GQA's) other seeds, the retention sweep's other seeds."
     policies = POLICIES[:2] if mini else POLICIES
-    def seed_jobs(s):
-        out = []
-        if 'grid' in parts: out += [zero_shot_job(p, i, s) for p in policies for i in INITS]
-        if 'gqa' in parts: out += [zero_shot_job('uniform:0.25', 'taylor', s, kv) for kv in ('heads', 'rows_bug')]
-        if 'retention' in parts: out += [zero_shot_job(f'uniform:{f}', i, s) for f in RETENTION for i in RETENTION_INITS]
-        return out
-    todo = seed_jobs(0) + ([recovery_job(i) for i in RECOVERY_INITS] if 'recovery' in parts else [])
-    for s in range(1, seeds): todo += seed_jobs(s)
+    grid = lambda s: (([zero_shot_job(p, i, s) for p in policies for i in INITS] if 'grid' in parts else []) +
+                      ([zero_shot_job('uniform:0.25', 'taylor', s, kv) for kv in ('heads', 'rows_bug')] if 'gqa' in parts else []))
+    retention = lambda s: [zero_shot_job(f'uniform:{f}', i, s) for f in RETENTION for i in RETENTION_INITS] if 'retention' in parts else []
+    todo = grid(0) + retention(0) + ([recovery_job(i) for i in RECOVERY_INITS] if 'recovery' in parts else [])
+    todo += [j for s in range(1, seeds) for j in grid(s)] + [j for s in range(1, seeds) for j in retention(s)]
     return list({job_key(j): j for j in todo}.values())        # shared cells once, first position kept
 
 # ----- the ledger -----
@@ -158,15 +155,18 @@ def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl):
         ratios = {}
         for init in ('taylor', 'taylor+'):
             if 'naive' not in reach or init not in reach: continue
-            ratios[init] = {t: _ratio(reach['naive'][t], reach[init][t]) for t in targets}
+            ratios[init] = {t: _ratio(reach['naive'][t], reach[init][t], logs['naive']['eval_tokens'][-1]) for t in targets}
         out['recovery'] = dict(logs=logs, targets=targets, tokens_to_reach=reach, naive_over=ratios)
     return out
 
-def _ratio(naive, calibrated):
-    "naive tokens / calibrated tokens to a target; 'inf' when the calibrated run starts at the target, None when either never gets there."
-    if naive is None or calibrated is None: return None
-    if calibrated[0] == 0: return dict(ratio=float('inf'), naive_tokens=naive[0], calibrated_tokens=0, naive_upper_bound=naive[1])
-    return dict(ratio=naive[0] / calibrated[0], naive_tokens=naive[0], calibrated_tokens=calibrated[0],
+def _ratio(naive, calibrated, budget):
+    """naive tokens / calibrated tokens to one target. 'inf' when the calibrated run starts at the target; a lower bound
+    (budget / calibrated tokens) when naive never gets there within `budget`; None when the calibrated run never does."""
+    if calibrated is None: return None
+    if calibrated[0] == 0:
+        return dict(ratio=float('inf'), naive_tokens=None if naive is None else naive[0], calibrated_tokens=0)
+    if naive is None: return dict(ratio=budget / calibrated[0], lower_bound=True, naive_tokens=None, calibrated_tokens=calibrated[0])
+    return dict(ratio=naive[0] / calibrated[0], lower_bound=False, naive_tokens=naive[0], calibrated_tokens=calibrated[0],
                 naive_upper_bound=naive[1], calibrated_upper_bound=calibrated[1])
 
 def main(a):
