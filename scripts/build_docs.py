@@ -136,8 +136,8 @@ def render(nb, title, nav, flags):
         for o in c.get('outputs', []):
             md = o.get('data', {}).get('text/markdown')
             if md: o['data']['text/markdown'] = _QUARTO_ATTRS.sub('', md if isinstance(md, str) else ''.join(md))
+        if is_echo_false(c): c.metadata['tags'] = [*c.metadata.get('tags', []), 'remove_input']   # before the directives go
         if c.cell_type == 'code': c.source = strip_directives(c.source)
-        if is_echo_false(c): c.metadata['tags'] = [*c.metadata.get('tags', []), 'remove_input']
         if c.cell_type == 'markdown':
             c.source = math_to_placeholders(re.sub(r'\(([\w./-]+)\.ipynb(#[\w-]*)?\)', r'(\1.html\2)', c.source), maths)
     _plotly_to_html(nb)

@@ -176,7 +176,8 @@ def main(a):
     claims = out_dir/'.claims'
     if claims.exists():
         for f in claims.iterdir(): f.unlink()
-    if a.workers == 1: a.worker = 0; work(a)
+    if a.summarise_only: pass
+    elif a.workers == 1: a.worker = 0; work(a)
     else:
         args = sys.argv[1:]
         procs = [subprocess.Popen([sys.executable, __file__, *args, '--worker', str(w), '--threads', str(max(1, a.threads // a.workers))])
@@ -185,7 +186,10 @@ def main(a):
     from taylor_calibrate.teacher import perplexity
     teacher, tok, test_ids, valid_ids = load(a)
     setup, sid = setup_of(a, test_ids, valid_ids)
-    res = summarise(read_ledger(out_dir, sid), dict(setup, seeds=a.seeds, parts=a.parts, selection_tokens=a.selection_tokens),
+    ledger = read_ledger(out_dir, sid)
+    missing = [job_key(j) for j in jobs(a.parts.split(','), a.seeds, a.mini) if job_key(j) not in ledger]
+    res = summarise(ledger, dict(setup, seeds=a.seeds, parts=a.parts, selection_tokens=a.selection_tokens, runs_done=len(ledger),
+                                 runs_missing=missing),
                     perplexity(teacher, test_ids, progress=False), perplexity(teacher, valid_ids, progress=False))
     (out_dir/'experiments.json').write_text(json.dumps(res, indent=1, default=float)); print('wrote', out_dir/'experiments.json')
     return res
@@ -204,6 +208,7 @@ if __name__ == '__main__':
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--workers', type=int, default=1, help='processes sharing the run list (each gets threads // workers threads)')
     p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument('--summarise-only', action='store_true', help='run nothing: summarise the runs already in the ledger (e.g. after stopping early)')
     p.add_argument('--out-dir', default=str(ROOT/'bench'/'results'/'experiments'))
     a = p.parse_args()
     if a.mini: a.seeds, a.eval_tokens, a.valid_tokens, a.recovery_tokens, a.seq_len, a.batch_size, a.selection_tokens = 1, 2048, 1024, 1024, 256, 2, 1024

@@ -407,7 +407,7 @@ def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None,
                          f'{recipe.heldout_tokens} held-out tokens) but the data gives {len(windows)}; pass more data or smaller '
                          'calib_tokens/heldout_tokens')
     t0 = time.time()
-    hybrid = to_hybrid(teacher, kept, **(gdn_options or {}))
+    hybrid = to_hybrid(teacher, kept, seed=seed, **(gdn_options or {}))
     timings['convert_s'] = time.time() - t0
     hybrid, rep = _calibrate_converted(hybrid, teacher, (windows[:n_cal], windows[n_cal:n_cal + n_held]), recipe, seed, device, progress)
     rep.keep, rep.selection = [i for i in range(teacher.config.num_hidden_layers) if i not in rep.converted], selection

@@ -25,7 +25,9 @@ def site(tmp_path_factory):
         nbformat.v4.new_code_cell('#| hide\nSECRET = 1'),
         nbformat.v4.new_code_cell('#| slow\nraise RuntimeError("slow cells are skipped")'),
         nbformat.v4.new_code_cell('import plotly.graph_objects as go\ngo.Figure(go.Scatter(x=[1, 2, 3], y=[3, 1, 2]))'),
-        nbformat.v4.new_code_cell('go.Figure(go.Bar(x=["a", "b"], y=[1, 2]))')])
+        nbformat.v4.new_code_cell('go.Figure(go.Bar(x=["a", "b"], y=[1, 2]))'),
+        nbformat.v4.new_code_cell('#| echo: false\nECHO_FALSE_SOURCE = 1\nprint("echo-false output")'),
+        nbformat.v4.new_markdown_cell('Inline $x^2$ and display $$\\sum_s v_s k_s^\\top$$ maths; `$not maths$` in code.')])
     nbformat.write(nb, nbs/'a_page.ipynb')
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell('# Other')]), nbs/'b_page.ipynb')
     pages = build_docs.build_html(nbs, out, flags=['notest', 'slow'])
@@ -41,6 +43,8 @@ def test_pages_use_one_local_plotly(site):
     assert len(ids) == len(set(ids)) == 2, 'each figure needs its own div id'
     assert 'plotly.js v' not in html, 'plotly.js must not be inlined into the page'
     assert 'SECRET' not in html and '#| hide' not in html, 'hidden cells are dropped'
+    assert 'ECHO_FALSE_SOURCE' not in html and 'echo-false output' in html, 'echo: false cells show their output only'
+    assert html.count('<math') == 2 and 'display="block"' in html and '$not maths$' in html, 'maths is MathML, code spans are left alone'
     assert 'href="b_page.html"' in html and 'href="a_page.html"' in (out/'b_page.html').read_text()
 
 @pytest.mark.skipif(CHROMIUM is None, reason='Chromium is not installed (apt-get install chromium); .ci/run installs it')

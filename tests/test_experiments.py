@@ -11,6 +11,7 @@ def test_experiments_mini(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path/'experiments.json').read_text())
     assert {'grid', 'retention', 'gqa', 'recovery'} <= set(res)
+    assert res['setup']['runs_missing'] == [] and res['setup']['runs_done'] == 12 + 1 + 6 + 4
     assert len(res['grid']) == 12 and all(v['mean'] > 1 and v['n'] == 1 for v in res['grid'].values())
     assert res['retention']['uniform:0.25|taylor'] == res['grid']['uniform:0.25|taylor']     # a shared cell, computed once
     assert set(res['gqa']) == {'heads', 'rows_bug'}
