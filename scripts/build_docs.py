@@ -181,6 +181,18 @@ def build_html(nbs=ROOT/'nbs', out=ROOT/'_docs', only=None, execute_nbs=True, fl
         print(f'{p.name} -> {out/page} ({time.time()-t0:.1f}s)', flush=True)
     return [out/page_name(p) for p, _ in nbs_read if not only or p.name in only or p.stem in only]
 
+CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
+CHROMIUM_FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+                  '--disable-component-update', '--disable-sync', '--virtual-time-budget=15000']
+
+def run_chromium_offline(page, *args, **kwargs):
+    "Run headless Chromium on `page` with `args` and no network (own network namespace, or a dead proxy)."
+    import subprocess
+    cmd = [CHROMIUM, *CHROMIUM_FLAGS, *args, Path(page).resolve().as_uri()]
+    if shutil.which('unshare') and subprocess.run(['unshare', '-n', 'true']).returncode == 0: cmd = ['unshare', '-n', *cmd]
+    else: cmd += ['--proxy-server=http://127.0.0.1:9', '--proxy-bypass-list=<-loopback>']
+    return subprocess.run(cmd, capture_output=True, timeout=120, **kwargs)
+
 def screenshot(page, png, anchor=None, width=1280, height=2000):
     "PNG of `page` drawn by headless Chromium with no network; with `anchor`, from the cell holding that id onwards."
     page = Path(page).resolve()
@@ -190,12 +202,7 @@ def screenshot(page, png, anchor=None, width=1280, height=2000):
         at = s.index(f'id="{anchor}"')
         page = page.with_name(f'.shot-{page.name}')
         page.write_text(s[:cells[0]] + s[max(c for c in cells if c < at):], encoding='utf-8')
-    chromium = shutil.which('chromium') or shutil.which('chromium-browser')
-    cmd = [chromium, '--headless', '--no-sandbox', '--disable-gpu', '--virtual-time-budget=15000', f'--window-size={width},{height}',
-           f'--screenshot={Path(png).resolve()}', page.as_uri()]
-    import subprocess
-    if shutil.which('unshare') and subprocess.run(['unshare', '-n', 'true']).returncode == 0: cmd = ['unshare', '-n', *cmd]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    run_chromium_offline(page, f'--window-size={width},{height}', f'--screenshot={Path(png).resolve()}', check=True)
     if anchor: page.unlink()
 
 if __name__ == '__main__':

@@ -1,19 +1,14 @@
 "The fallback docs build: executed notebooks as static HTML whose plotly figures draw offline."
-import os, re, shutil, subprocess
+import re
 import nbformat, pytest
 from conftest import ROOT
 import build_docs
 
-CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
-FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-         '--disable-component-update', '--disable-sync', '--virtual-time-budget=15000']
+CHROMIUM = build_docs.CHROMIUM
 
 def offline_dom(page, tmp_path):
-    "The DOM of `page` after scripts ran in headless Chromium with no network (own network namespace, or a dead proxy)."
-    cmd = [CHROMIUM, *FLAGS, f'--user-data-dir={tmp_path/"profile"}', '--dump-dom', page.as_uri()]
-    if shutil.which('unshare') and subprocess.run(['unshare', '-n', 'true']).returncode == 0: cmd = ['unshare', '-n', *cmd]
-    else: cmd += ['--proxy-server=http://127.0.0.1:9', '--proxy-bypass-list=<-loopback>']
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    "The DOM of `page` after scripts ran in headless Chromium with no network."
+    return build_docs.run_chromium_offline(page, f'--user-data-dir={tmp_path/"profile"}', '--dump-dom', text=True).stdout
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):
