@@ -9,9 +9,9 @@ sensitive to other processes on a shared machine), as is the CPU share other pro
 
 Run: python bench/bench_gdn.py            (eager phase, then compiled references at T=512 within --compile-budget-s)
      python bench/bench_gdn.py --quick    (a seconds-long smoke test, not for numbers)
-The committed results/gdn.json came from two invocations (recorded in meta): the eager phase with `--compile-T`
-(nothing compiled; 52 minutes on a machine whose other jobs took most of the CPU), then
-`--compiled-only --compile-T 2048 512 --compile-refs hf_torch_chunk --compile-budget-s 900` (13 minutes, idle machine).
+The committed results/gdn.json came from one invocation, recorded in meta.argv:
+`python bench/bench_gdn.py --compile-T 2048 8192 512 --compile-refs hf_torch_chunk --compile-budget-s 3000`
+on an otherwise idle machine (meta.total_bench_s says how long it took).
 """
 import argparse, json, math, os, platform, statistics, sys, time
 from pathlib import Path
@@ -78,8 +78,11 @@ def run_once(fn, inputs, backward):
 
 
 def peak_tensor_bytes(fn, inputs, backward):
-    "Peak bytes of live torch tensors allocated during one call (profiler memory events; inputs excluded)."
+    """Peak bytes of live torch tensors allocated during one call (profiler memory events; inputs excluded). Our kernel's
+    buffer pool is emptied first, so every buffer it keeps is allocated, and counted, during the call."""
     from torch.profiler import profile
+    from taylor_calibrate.gdn import release_kernel_buffers
+    release_kernel_buffers()
     with profile(profile_memory=True) as p: run_once(fn, inputs, backward)
     evs = sorted(p.events(), key=lambda e: e.time_range.start)
     cur = peak = 0
@@ -222,9 +225,9 @@ def main():
 
     c0 = time.perf_counter()                                          # phase 2: compiled references, within a budget
     for T in [t for t in args.compile_T if t in Ts]:
-        for K in head_dims:
-            inputs = make_inputs(B, T, H, K)
-            for mode in ('fwd+bwd', 'fwd'):
+        for mode in ('fwd+bwd', 'fwd'):                               # forward+backward first: it is the target
+            for K in head_dims:
+                inputs = make_inputs(B, T, H, K)
                 fns, extra = {'ours': impls['ours']}, {}
                 for name in args.compile_refs:
                     cname = f'{name}_compiled'

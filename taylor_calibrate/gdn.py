@@ -5,11 +5,12 @@
 # %% auto #0
 __all__ = ['l2norm', 'online_regression_errors', 'plot_online_regression', 'decay_half_life', 'readable_fraction',
            'plot_retention', 'gated_rms_norm', 'plot_output_gate', 'gdn_gates', 'naive_recurrent_gated_delta_rule_ref',
-           'recurrent_gated_delta_rule_step', 'chunk_gated_delta_rule_torch', 'gated_delta_rule', 'GatedRMSNorm',
-           'GatedDeltaNet', 'bench_summary']
+           'recurrent_gated_delta_rule_step', 'release_kernel_buffers', 'chunk_gated_delta_rule_torch',
+           'gated_delta_rule', 'GatedRMSNorm', 'GatedDeltaNet', 'bench_summary']
 
 # %% ../nbs/01_gdn.ipynb #906bedc7
 import math
+import threading
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -137,29 +138,68 @@ def recurrent_gated_delta_rule_step(q, k, v, g, beta, state=None, scale=None):
 _LOG_CLAMP = 80.0     # exp() beyond +-80 leaves the CPU fast path; exp(-80) ~ 2e-35 stands in for 0
 _BLOCK = 64           # (chunk, head) pairs per block of chunk-local work: temporaries of ~1 MB stay in cache
 
-def _chunk_major(x: torch.Tensor, C: int) -> torch.Tensor:
-    "[B,T,H,...] -> float32 [N, B*H, C, ...] (contiguous), zero-padded to a multiple of C."
-    B, T, H = x.shape[:3]
-    pad = (-T) % C
-    x = x.float()
-    if pad: x = F.pad(x, (0, 0) * (x.dim() - 3) + (0, 0, 0, pad))
-    N = (T + pad) // C
-    x = x.reshape(B, N, C, H, *x.shape[3:]).movedim(3, 1).movedim(2, 0)
-    return x.reshape(N, B * H, C, *x.shape[4:]).contiguous()
+class _BufferPool:
+    "Large CPU buffers kept for reuse (a fresh one page-faults on first touch); one is free again once only the pool holds its storage."
+    def __init__(self, max_bytes: int = 2 ** 30): self.bufs, self.max_bytes, self.lock = [], max_bytes, threading.Lock()
+    @staticmethod
+    def _free(b): return torch._C._storage_Use_Count(b.untyped_storage()._cdata) == 2   # the pool's tensor + this call's handle
+    def take(self, shape, like, dtype=torch.float32):
+        n = math.prod(shape)
+        with self.lock:
+            for b in self.bufs:
+                if b.numel() == n and b.dtype == dtype and self._free(b): return b.view(shape)
+            b = like.new_empty(n, dtype=dtype)
+            nbytes = lambda bufs: sum(x.numel() * x.element_size() for x in bufs)
+            if nbytes(self.bufs) + b.numel() * b.element_size() > self.max_bytes:
+                self.bufs = [x for x in self.bufs if not self._free(x)]
+            if nbytes(self.bufs) + b.numel() * b.element_size() <= self.max_bytes: self.bufs.append(b)
+            return b.view(shape)
 
-def _from_chunk_major(x: torch.Tensor, B: int, H: int, T: int) -> torch.Tensor:
-    "[N, B*H, C, ...] -> [B, T, H, ...] (drops the padding)."
-    N, BH, C = x.shape[:3]
-    x = x.view(N, B, H, C, *x.shape[3:]).movedim(0, 1).movedim(3, 2)
-    return x.reshape(B, N * C, H, *x.shape[4:])[:, :T]
+_BUFFERS = _BufferPool()
 
-def _blocks(Z: int, size: int = _BLOCK): return [slice(i, min(i + size, Z)) for i in range(0, Z, size)]
+def _take(shape, like, dtype=torch.float32) -> torch.Tensor:
+    "An uninitialised buffer of `shape`: recycled from the pool on CPU, freshly allocated elsewhere."
+    if like.device.type == 'cpu' and hasattr(torch._C, '_storage_Use_Count'): return _BUFFERS.take(tuple(shape), like, dtype)
+    return like.new_empty(shape, dtype=dtype)
+
+def _to_chunks(x: torch.Tensor, C: int, scale: float | None = None) -> torch.Tensor:
+    "[B,T,H,...] -> float32 [N*B*H, C, ...] in chunk-major order (chunk, batch, head), zero-padded to a multiple of C, times `scale` if given."
+    B, T, H = x.shape[:3]; rest = tuple(x.shape[3:])
+    Nf = T // C; N = -(-T // C)
+    buf = _take((N, B, H, C) + rest, x)
+    perm = (1, 0, 3, 2) + tuple(range(4, 4 + len(rest)))
+    parts = [(buf[:Nf].permute(perm), x[:, :Nf * C].reshape(B, Nf, C, H, *rest))] if Nf else []
+    if Nf < N:
+        buf[Nf].zero_()
+        parts.append((buf[Nf][:, :, :T - Nf * C].transpose(1, 2), x[:, Nf * C:]))
+    for dst, src in parts:
+        if scale is None: dst.copy_(src)
+        else: torch.mul(src, scale, out=dst)
+    return buf.view(N * B * H, C, *rest)
+
+def _store_chunks(out: torch.Tensor, src: torch.Tensor, n0: int, C: int, scale: float | None = None):
+    "Write chunks n0, n0+1, ... given chunk-major in `src` [m*B*H, C, ...] into their place in `out` [B,T,H,...] (padding dropped), times `scale` if given."
+    B, T, H = out.shape[:3]; rest = tuple(out.shape[3:])
+    m = src.shape[0] // (B * H)
+    src = src.view(m, B, H, C, *rest)
+    t0, t1 = n0 * C, min((n0 + m) * C, T); full = (t1 - t0) // C
+    perm = (1, 0, 3, 2) + tuple(range(4, 4 + len(rest)))
+    parts = [(out[:, t0:t0 + full * C].view(B, full, C, H, *rest), src[:full].permute(perm))] if full else []
+    if t0 + full * C < t1: parts.append((out[:, t0 + full * C:t1], src[full][:, :, :t1 - t0 - full * C].transpose(1, 2)))
+    for dst, x in parts:
+        if scale is None: dst.copy_(x)
+        else: torch.mul(x, scale, out=dst)
+
+def _chunk_blocks(N: int, BH: int):
+    "(first chunk, slice of the chunk-major rows) for blocks of whole chunks, about `_BLOCK` (chunk, head) pairs each."
+    m = max(1, _BLOCK // BH)
+    return [(n, slice(n * BH, min(n + m, N) * BH)) for n in range(0, N, m)]
 
 class _Scratch:
-    "Named scratch buffers of `size` rows, allocated once and reused block after block (views of the first z rows)."
+    "Named scratch buffers of `size` rows, taken once from the pool and reused block after block (views of the first z rows)."
     def __init__(self, like, size): self.like, self.size, self.bufs = like, size, {}
     def __call__(self, name, z, *shape):
-        if name not in self.bufs: self.bufs[name] = self.like.new_empty(self.size, *shape)
+        if name not in self.bufs: self.bufs[name] = _take((self.size,) + shape, self.like)
         return self.bufs[name][:z]
 
 def _exp_into(out, x): return torch.clamp(x, -_LOG_CLAMP, _LOG_CLAMP, out=out).exp_()
@@ -168,119 +208,126 @@ def _decay_into(out, gc):
     "Gamma[z,i,j] = exp(gc_i - gc_j) for j <= i and 0 above the diagonal, written into `out`."
     return _exp_into(out, torch.sub(gc[:, :, None], gc[:, None, :], out=out)).tril_()
 
+def release_kernel_buffers():
+    "Free the CPU buffers that `chunk_gated_delta_rule_torch` keeps for reuse (at most 1 GiB; those still in use stay alive until released by their users)."
+    with _BUFFERS.lock: _BUFFERS.bufs = []
+
 # %% ../nbs/01_gdn.ipynb #53536cd9
 class _ChunkGatedDeltaRule(torch.autograd.Function):
-    "Chunked gated delta rule on chunk-major float32 tensors, with a hand-written backward."
+    "Chunked gated delta rule on [B,T,H,*] tensors (chunk-major float32 inside), with a hand-written backward."
     @staticmethod
-    def forward(ctx, q, k, v, g, beta, S0):
-        # q (scaled), k [N,BH,C,K]; v [N,BH,C,V]; g, beta [N,BH,C]; S0 [BH,K,V]
-        N, BH, C, K = q.shape; V = v.shape[-1]; Z = N * BH
-        q, k, v, beta = q.view(Z, C, K), k.view(Z, C, K), v.view(Z, C, V), beta.view(Z, C)
-        gc = g.reshape(Z, C).cumsum(-1)
-        A, Tinv, P = (q.new_empty(Z, C, C) for _ in range(3))
-        U, W, M, Bn = q.new_empty(Z, C, V), q.new_empty(Z, C, K), q.new_empty(Z, K, K), q.new_empty(Z, K, V)
-        ws = _Scratch(q, min(_BLOCK, Z))
-        eye = torch.eye(C, dtype=q.dtype, device=q.device).expand(ws.size, C, C)
-        for s in _blocks(Z):                                   # chunk-local work, all chunks
+    def forward(ctx, q, k, v, g, beta, S0, scale, C):
+        B, T, H, K = q.shape; V = v.shape[-1]; BH = B * H
+        N = -(-T // C); Z = N * BH
+        qc, kc, vc, gc, bc = _to_chunks(q, C, scale), _to_chunks(k, C), _to_chunks(v, C), _to_chunks(g, C), _to_chunks(beta, C)
+        gc.cumsum_(-1)                                         # gamma: cumulative log decay inside each chunk
+        P = _take((Z, C, C), q)
+        W, U, Vn, Sp = _take((Z, C, K), q), _take((Z, C, V), q), _take((Z, C, V), q), _take((N + 1, BH, K, V), q)
+        blocks = _chunk_blocks(N, BH)
+        ws = _Scratch(qc, max(s.stop - s.start for _, s in blocks))
+        eye = torch.eye(C, dtype=torch.float32, device=q.device).expand(ws.size, C, C)
+        for _, s in blocks:                                    # chunk-local work, all chunks
             z = s.stop - s.start
-            ks, gcs, bs = k[s], gc[s], beta[s, :, None]
+            ks, gcs, bs = kc[s], gc[s], bc[s, :, None]
             dec = _decay_into(ws('dec', z, C, C), gcs)
             kb = torch.mul(ks, bs, out=ws('kb', z, C, K))
-            torch.bmm(kb, ks.mT, out=A[s]).mul_(dec)           # A_ij = beta_i k_i.k_j Gamma_ij (strict lower part used)
-            torch.linalg.solve_triangular(A[s], eye[:z], upper=False, unitriangular=True, out=Tinv[s])
-            torch.bmm(Tinv[s], torch.mul(v[s], bs, out=ws('rv', z, C, V)), out=U[s])
-            egc = _exp_into(ws('egc', z, C), gcs)
-            torch.bmm(Tinv[s], kb.mul_(egc[..., None]), out=W[s])
-            torch.bmm(q[s], ks.mT, out=P[s]).mul_(dec)
-            gl = gcs[:, -1:]
-            ekd = _exp_into(ws('ekd', z, C), torch.sub(gl, gcs, out=ws('t', z, C)))
-            KdT = torch.mul(ks, ekd[..., None], out=ws('kd', z, C, K)).mT
-            torch.bmm(KdT, U[s], out=Bn[s])
-            torch.bmm(KdT, W[s], out=M[s]).neg_().diagonal(dim1=-2, dim2=-1).add_(_exp_into(ws('a', z, 1), gl))
-        Sp = q.new_empty(N + 1, BH, K, V)                      # Sp[n] = state entering chunk n
+            A = torch.bmm(kb, ks.mT, out=ws('a', z, C, C)).mul_(dec)          # A_ij = beta_i k_i.k_j Gamma_ij (j < i used)
+            Tinv = torch.linalg.solve_triangular(A, eye[:z], upper=False, unitriangular=True, out=ws('t', z, C, C))
+            torch.bmm(Tinv, torch.mul(vc[s], bs, out=ws('rv', z, C, V)), out=U[s])
+            torch.bmm(Tinv, kb.mul_(_exp_into(ws('egc', z, C), gcs)[..., None]), out=W[s])
+            torch.bmm(qc[s], ks.mT, out=P[s]).mul_(dec)
+        gl = gc[:, -1].reshape(N, BH)
+        egl = _exp_into(torch.empty_like(gl), gl)
+        ekd = _exp_into(torch.empty_like(gc), gl.reshape(Z, 1) - gc).view(N, BH, C)
+        kn, Wn, Un, Vnn = (t.view(N, BH, *t.shape[1:]) for t in (kc, W, U, Vn))
         Sp[0] = S0
-        Mv, Bv = M.view(N, BH, K, K), Bn.view(N, BH, K, V)
-        for n in range(N):                                     # the only sequential part
-            torch.baddbmm(Bv[n], Mv[n], Sp[n], out=Sp[n + 1])
-        Spz, O = Sp[:N].view(Z, K, V), q.new_empty(Z, C, V)
-        for s in _blocks(Z):
+        Kd = ws('kd', BH, C, K)
+        for n in range(N):                                     # the only sequential part: Sp[n] = state entering chunk n
+            torch.baddbmm(Un[n], Wn[n], Sp[n], alpha=-1, out=Vnn[n])
+            torch.mul(kn[n], ekd[n][..., None], out=Kd)
+            torch.mul(Sp[n], egl[n][:, None, None], out=Sp[n + 1]).baddbmm_(Kd.mT, Vnn[n])
+        del U
+        O, Spz = torch.empty(B, T, H, V, dtype=v.dtype, device=v.device), Sp[:N].view(Z, K, V)
+        for n0, s in blocks:
             z = s.stop - s.start
-            Vn = torch.baddbmm(U[s], W[s], Spz[s], alpha=-1, out=ws('rv', z, C, V))
-            Qg = torch.mul(q[s], _exp_into(ws('egc', z, C), gc[s])[..., None], out=ws('kb', z, C, K))
-            torch.bmm(Qg, Spz[s], out=O[s]).baddbmm_(P[s], Vn)
-        ctx.save_for_backward(q, k, v, gc, beta, A, Tinv, P, U, W, M, Sp)
-        return O.view(N, BH, C, V), Sp[N].clone()
+            Qg = torch.mul(qc[s], _exp_into(ws('egc', z, C), gc[s])[..., None], out=ws('kb', z, C, K))
+            _store_chunks(O, torch.bmm(Qg, Spz[s], out=ws('rv', z, C, V)).baddbmm_(P[s], Vn[s]), n0, C)
+        ctx.save_for_backward(qc, kc, vc, gc, bc, P, W, Vn, Sp)
+        ctx.dims, ctx.scale, ctx.dtypes = (B, T, H, C), scale, (q.dtype, k.dtype, v.dtype, g.dtype, beta.dtype)
+        return O, Sp[N].view(B, H, K, V).clone()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dO, dSf):
-        q, k, v, gc, beta, A, Tinv, P, U, W, M, Sp = ctx.saved_tensors
-        Z, C, K = q.shape; V = v.shape[-1]; N = Sp.shape[0] - 1; BH = Z // N
-        dO = dO.reshape(Z, C, V)
-        ws = _Scratch(q, min(_BLOCK, Z))
-        D = q.new_empty(N + 1, BH, K, V)                       # D[n+1] = gradient of the state leaving chunk n
-        if dSf is None: D[N].zero_()
-        else: D[N] = dSf
-        dVl = q.new_empty(Z, C, V)
-        Dz = D[:N].view(Z, K, V)
-        for s in _blocks(Z):                                   # local gradients
+        qc, kc, vc, gc, bc, P, W, Vn, Sp = ctx.saved_tensors
+        B, T, H, C = ctx.dims
+        Z, _, K = qc.shape; V = vc.shape[-1]; N = Sp.shape[0] - 1; BH = Z // N
+        dOc = _to_chunks(dO, C)
+        blocks = _chunk_blocks(N, BH)
+        ws = _Scratch(qc, max(s.stop - s.start for _, s in blocks))
+        eye = torch.eye(C, dtype=torch.float32, device=qc.device).expand(ws.size, C, C)
+        D = _take((N + 1, BH, K, V), qc)                      # D[n]: gradient of the state entering chunk n; D[N]: final state's
+        D[N] = dSf.reshape(BH, K, V)
+        dVn, Dz = _take((Z, C, V), qc), D[:N].view(Z, K, V)
+        for _, s in blocks:                                    # local parts: P^T dO and (Q e^gamma)^T dO
             z = s.stop - s.start
-            torch.bmm(P[s].mT, dO[s], out=dVl[s])
-            Qg = torch.mul(q[s], _exp_into(ws('egc', z, C), gc[s])[..., None], out=ws('qg', z, C, K))
-            torch.bmm(Qg.mT, dO[s], out=Dz[s]).baddbmm_(W[s].mT, dVl[s], alpha=-1)
-        Mv = M.view(N, BH, K, K)
+            torch.bmm(P[s].mT, dOc[s], out=dVn[s])
+            Qg = torch.mul(qc[s], _exp_into(ws('egc', z, C), gc[s])[..., None], out=ws('qg', z, C, K))
+            torch.bmm(Qg.mT, dOc[s], out=Dz[s])
+        gl = gc[:, -1].reshape(N, BH)
+        egl = _exp_into(torch.empty_like(gl), gl)
+        ekd = _exp_into(torch.empty_like(gc), gl.reshape(Z, 1) - gc)
+        kn, Wn, dVnn, ekdn = (t.view(N, BH, *t.shape[1:]) for t in (kc, W, dVn, ekd))
+        Kd = ws('kd', BH, C, K)
         for n in range(N - 1, -1, -1):                         # reverse state recurrence
-            D[n].baddbmm_(Mv[n].mT, D[n + 1])
-        dS0, Dn, Spz = D[0].clone(), D[1:].reshape(Z, K, V), Sp[:N].reshape(Z, K, V)
-        dq, dk, dv, dg, dbeta = (torch.empty_like(t) for t in (q, k, v, gc, beta))
-        for s in _blocks(Z):
+            torch.mul(kn[n], ekdn[n][..., None], out=Kd)
+            dVnn[n].baddbmm_(Kd, D[n + 1])
+            D[n].addcmul_(D[n + 1], egl[n][:, None, None]).baddbmm_(Wn[n].mT, dVnn[n], alpha=-1)
+        dS0, Dn, Spz = D[0].clone(), D[1:].reshape(Z, K, V), Sp[:N].view(Z, K, V)
+        qd, kd, vd, gd, bd = ctx.dtypes
+        dq, dk, dv = (torch.empty(B, T, H, d, dtype=t, device=qc.device) for d, t in ((K, qd), (K, kd), (V, vd)))
+        dg, db = torch.empty(B, T, H, dtype=gd, device=qc.device), torch.empty(B, T, H, dtype=bd, device=qc.device)
+        for n0, s in blocks:                                   # everything else, all chunks
             z = s.stop - s.start
-            qs, ks, vs, gcs, bs, As, Ts, Ps, Us, Ws, Sps, Dns, dOs = (t[s] for t in (q, k, v, gc, beta, A, Tinv, P, U, W, Spz, Dn, dO))
-            egc = _exp_into(ws('egc', z, C), gcs)
-            gl = gcs[:, -1:]
-            ekd = _exp_into(ws('ekd', z, C), torch.sub(gl, gcs, out=ws('t', z, C)))
-            Kd = torch.mul(ks, ekd[..., None], out=ws('kd', z, C, K))
-            Vn = torch.baddbmm(Us, Ws, Sps, alpha=-1, out=ws('vn', z, C, V))
-            dVn = torch.baddbmm(dVl[s], Kd, Dns, out=ws('dvn', z, C, V))
-            dKd = torch.bmm(Vn, Dns.mT, out=ws('dkd', z, C, K))
-            dgl = torch.mul(Dns, Sps, out=ws('kv', z, K, V)).sum((-1, -2)) * _exp_into(ws('a', z), gl[:, 0])
-            dQg = torch.bmm(dOs, Sps.mT, out=ws('dqg', z, C, K))
-            dP = torch.bmm(dOs, Vn.mT, out=ws('dp', z, C, C)).tril_()
-            dRv = torch.bmm(Ts.mT, dVn, out=ws('drv', z, C, V))
-            dRkn = torch.bmm(Ts.mT, torch.bmm(dVn, Sps.mT, out=ws('y', z, C, K)), out=ws('drk', z, C, K))  # minus dR_k
-            dA = torch.bmm(dRkn, Ws.mT, out=ws('da', z, C, C)).baddbmm_(dRv, Us.mT, alpha=-1).tril_(-1)
+            qs, ks, vs, gcs, bs, Ps, Vns, Sps, Dns, dOs, dVns = (t[s] for t in (qc, kc, vc, gc, bc, P, Vn, Spz, Dn, dOc, dVn))
+            egc, ekds = _exp_into(ws('egc', z, C), gcs), ekd[s]
             dec = _decay_into(ws('dec', z, C, C), gcs)
-            dlog = torch.mul(dA, As, out=ws('dlog', z, C, C)).addcmul_(dP, Ps)   # d log Gamma
-            E, dQK = dA.mul_(dec), dP.mul_(dec)
             kb = torch.mul(ks, bs[..., None], out=ws('kb', z, C, K))
-            dkb = torch.bmm(E, ks, out=ws('dkb', z, C, K)).addcmul_(dRkn, egc[..., None], value=-1)
-            torch.bmm(dQK, ks, out=dq[s]).addcmul_(dQg, egc[..., None])
-            torch.bmm(dQK.mT, qs, out=dk[s]).baddbmm_(E.mT, kb).addcmul_(dkb, bs[..., None]).addcmul_(dKd, ekd[..., None])
-            torch.mul(dRv, bs[..., None], out=dv[s])
+            A = torch.bmm(kb, ks.mT, out=ws('a', z, C, C)).mul_(dec)          # A and T are recomputed, not saved
+            Ts = torch.linalg.solve_triangular(A, eye[:z], upper=False, unitriangular=True, out=ws('t', z, C, C))
+            dKd = torch.bmm(Vns, Dns.mT, out=ws('dkd', z, C, K))
+            dQg = torch.bmm(dOs, Sps.mT, out=ws('dqg', z, C, K))
+            dRv = torch.bmm(Ts.mT, dVns, out=ws('drv', z, C, V))
+            dRkn = torch.bmm(dRv, Sps.mT, out=ws('drk', z, C, K))             # minus dR_k
+            dP = torch.bmm(dOs, Vns.mT, out=ws('dp', z, C, C))
+            dAn = torch.bmm(dRv, Vns.mT, out=ws('da', z, C, C))                # minus dA
+            dlog = torch.mul(dP, Ps, out=ws('dlog', z, C, C)).addcmul_(dAn, A, value=-1)    # d log Gamma (A's diagonal cancels)
+            dQK, E = dP.mul_(dec), dAn.mul_(dec)                               # E: minus dA * Gamma
+            E.diagonal(dim1=-2, dim2=-1).zero_()
+            ndkb = torch.bmm(E, ks, out=ws('dkb', z, C, K)).addcmul_(dRkn, egc[..., None])   # minus d(beta k)
+            _store_chunks(dq, torch.bmm(dQK, ks, out=ws('dq', z, C, K)).addcmul_(dQg, egc[..., None]), n0, C, ctx.scale)
+            _store_chunks(dk, torch.bmm(dQK.mT, qs, out=ws('dk', z, C, K)).baddbmm_(E.mT, kb, alpha=-1).addcmul_(ndkb, bs[..., None], value=-1)
+                          .addcmul_(dKd, ekds[..., None]), n0, C)
+            _store_chunks(dv, torch.mul(dRv, bs[..., None], out=ws('dv', z, C, V)), n0, C)
             tmp = ws('tmp', z, C, K)
-            db = torch.mul(dkb, ks, out=tmp).sum(-1)
-            db += torch.mul(dRv, vs, out=ws('tmpv', z, C, V)).sum(-1)
-            dbeta[s] = db
-            dgc = torch.mul(dQg, qs, out=tmp).sum(-1)
-            dgc -= torch.mul(dRkn, kb, out=tmp).sum(-1)
-            dgc *= egc
-            sK = torch.mul(dKd, Kd, out=tmp).sum(-1)
+            dbs = torch.mul(dRv, vs, out=ws('tmpv', z, C, V)).sum(-1)
+            _store_chunks(db, dbs.sub_(torch.mul(ndkb, ks, out=tmp).sum(-1)), n0, C)
+            dgc = torch.mul(dQg, qs, out=tmp).addcmul_(dRkn, kb, value=-1).sum(-1).mul_(egc)
+            sK = torch.mul(dKd, ks, out=tmp).sum(-1).mul_(ekds)
             dgc += dlog.sum(-1) - dlog.sum(-2) - sK
-            dgc[:, -1] += sK.sum(-1) + dgl
-            dg[s] = dgc.flip(-1).cumsum(-1).flip(-1)
-        chunked = lambda t: t.view(N, BH, *t.shape[1:])
-        return chunked(dq), chunked(dk), chunked(dv), chunked(dg), chunked(dbeta), dS0
+            dgc[:, -1] += sK.sum(-1) + (Dns * Sps).sum((-1, -2)) * egl.view(Z)[s]
+            _store_chunks(dg, dgc.flip(-1).cumsum(-1).flip(-1), n0, C)
+        return dq, dk, dv, dg, db, dS0, None, None
 
 # %% ../nbs/01_gdn.ipynb #47bf3b0a
 def chunk_gated_delta_rule_torch(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
     "Chunked gated delta rule in PyTorch (any device, differentiable, float32 inside): -> (o [B,T,H,V] in v's dtype, final state [B,H,K,V] float32 or None)."
     B, T, H, K = q.shape
-    V, C = v.shape[-1], chunk_size
+    V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale
     S0 = q.new_zeros(B * H, K, V, dtype=torch.float32) if initial_state is None else initial_state.float().reshape(B * H, K, V)
-    O, S = _ChunkGatedDeltaRule.apply(_chunk_major(q, C) * scale, _chunk_major(k, C), _chunk_major(v, C),
-                                      _chunk_major(g, C), _chunk_major(beta, C), S0)
-    return _from_chunk_major(O, B, H, T).to(v.dtype), (S.view(B, H, K, V) if output_final_state else None)
+    O, S = _ChunkGatedDeltaRule.apply(q, k, v, g, beta, S0, scale, chunk_size)
+    return O, (S if output_final_state else None)
 
 # %% ../nbs/01_gdn.ipynb #3373deb3
 def _fla_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state, chunk_size):
