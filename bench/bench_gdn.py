@@ -193,9 +193,9 @@ def main():
         compile='torch.compile(dynamic=False), cold private inductor cache, measured after all eager runs against a fresh '
                 'measurement of ours; forward (no grad) and forward+backward compile separately; compile_s = first call '
                 'minus the steady-state median; ours needs no compile',
-        compile_note='in a trial run on this machine under load, the cold compile of the transformers reference '
-                     '(fwd+bwd, head_dim 32, T=128: 2 chunks) took 311 s wall; dynamo unrolls the chunk loop, so the '
-                     'compile grows with T; T=512 did not finish within 12 minutes on the starved machine'),
+        compile_note='dynamo unrolls the chunk loop of the references, so a cold compile grows with T (compile_s of each '
+                     'compiled run); fla_naive_chunk is not compiled: its Python loop over the rows of every chunk unrolls '
+                     'too, and in a trial under load its compile did not finish within 12 minutes at T=512'),
         'bmm_gflops': {}, 'runs': []}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
