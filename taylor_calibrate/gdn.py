@@ -162,6 +162,12 @@ def _take(shape, like, dtype=torch.float32) -> torch.Tensor:
     if like.device.type == 'cpu' and hasattr(torch._C, '_storage_Use_Count'): return _BUFFERS.take(tuple(shape), like, dtype)
     return like.new_empty(shape, dtype=dtype)
 
+def _copy_scaled(pairs, scale: float | None = None):
+    "dst <- src for each (dst, src) pair, times `scale` if given."
+    for dst, src in pairs:
+        if scale is None: dst.copy_(src)
+        else: torch.mul(src, scale, out=dst)
+
 def _to_chunks(x: torch.Tensor, C: int, scale: float | None = None) -> torch.Tensor:
     "[B,T,H,...] -> float32 [N*B*H, C, ...] in chunk-major order (chunk, batch, head), zero-padded to a multiple of C, times `scale` if given."
     B, T, H = x.shape[:3]; rest = tuple(x.shape[3:])
@@ -172,9 +178,7 @@ def _to_chunks(x: torch.Tensor, C: int, scale: float | None = None) -> torch.Ten
     if Nf < N:
         buf[Nf].zero_()
         parts.append((buf[Nf][:, :, :T - Nf * C].transpose(1, 2), x[:, Nf * C:]))
-    for dst, src in parts:
-        if scale is None: dst.copy_(src)
-        else: torch.mul(src, scale, out=dst)
+    _copy_scaled(parts, scale)
     return buf.view(N * B * H, C, *rest)
 
 def _store_chunks(out: torch.Tensor, src: torch.Tensor, n0: int, C: int, scale: float | None = None):
@@ -186,9 +190,7 @@ def _store_chunks(out: torch.Tensor, src: torch.Tensor, n0: int, C: int, scale: 
     perm = (1, 0, 3, 2) + tuple(range(4, 4 + len(rest)))
     parts = [(out[:, t0:t0 + full * C].view(B, full, C, H, *rest), src[:full].permute(perm))] if full else []
     if t0 + full * C < t1: parts.append((out[:, t0 + full * C:t1], src[full][:, :, :t1 - t0 - full * C].transpose(1, 2)))
-    for dst, x in parts:
-        if scale is None: dst.copy_(x)
-        else: torch.mul(x, scale, out=dst)
+    _copy_scaled(parts, scale)
 
 def _chunk_blocks(N: int, BH: int):
     "(first chunk, slice of the chunk-major rows) for blocks of whole chunks, about `_BLOCK` (chunk, head) pairs each."
@@ -203,6 +205,11 @@ class _Scratch:
         return self.bufs[name][:z]
 
 def _exp_into(out, x): return torch.clamp(x, -_LOG_CLAMP, _LOG_CLAMP, out=out).exp_()
+
+def _state_decays(gc: torch.Tensor, N: int, BH: int):
+    "From gamma [N*BH, C]: exp(gamma_C) [N, BH] (what the state keeps over a chunk) and exp(gamma_C - gamma) [N*BH, C] (what each token's write keeps to the chunk's end)."
+    gl = gc[:, -1].reshape(N, BH)
+    return _exp_into(torch.empty_like(gl), gl), _exp_into(torch.empty_like(gc), gl.reshape(-1, 1) - gc)
 
 def _decay_into(out, gc):
     "Gamma[z,i,j] = exp(gc_i - gc_j) for j <= i and 0 above the diagonal, written into `out`."
@@ -236,15 +243,13 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
             torch.bmm(Tinv, torch.mul(vc[s], bs, out=ws('rv', z, C, V)), out=U[s])
             torch.bmm(Tinv, kb.mul_(_exp_into(ws('egc', z, C), gcs)[..., None]), out=W[s])
             torch.bmm(qc[s], ks.mT, out=P[s]).mul_(dec)
-        gl = gc[:, -1].reshape(N, BH)
-        egl = _exp_into(torch.empty_like(gl), gl)
-        ekd = _exp_into(torch.empty_like(gc), gl.reshape(Z, 1) - gc).view(N, BH, C)
-        kn, Wn, Un, Vnn = (t.view(N, BH, *t.shape[1:]) for t in (kc, W, U, Vn))
+        egl, ekd = _state_decays(gc, N, BH)
+        kn, Wn, Un, Vnn, ekdn = (t.view(N, BH, *t.shape[1:]) for t in (kc, W, U, Vn, ekd))
         Sp[0] = S0
         Kd = ws('kd', BH, C, K)
         for n in range(N):                                     # the only sequential part: Sp[n] = state entering chunk n
             torch.baddbmm(Un[n], Wn[n], Sp[n], alpha=-1, out=Vnn[n])
-            torch.mul(kn[n], ekd[n][..., None], out=Kd)
+            torch.mul(kn[n], ekdn[n][..., None], out=Kd)
             torch.mul(Sp[n], egl[n][:, None, None], out=Sp[n + 1]).baddbmm_(Kd.mT, Vnn[n])
         del U
         O, Spz = torch.empty(B, T, H, V, dtype=v.dtype, device=v.device), Sp[:N].view(Z, K, V)
@@ -274,9 +279,7 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
             torch.bmm(P[s].mT, dOc[s], out=dVn[s])
             Qg = torch.mul(qc[s], _exp_into(ws('egc', z, C), gc[s])[..., None], out=ws('qg', z, C, K))
             torch.bmm(Qg.mT, dOc[s], out=Dz[s])
-        gl = gc[:, -1].reshape(N, BH)
-        egl = _exp_into(torch.empty_like(gl), gl)
-        ekd = _exp_into(torch.empty_like(gc), gl.reshape(Z, 1) - gc)
+        egl, ekd = _state_decays(gc, N, BH)
         kn, Wn, dVnn, ekdn = (t.view(N, BH, *t.shape[1:]) for t in (kc, W, dVn, ekd))
         Kd = ws('kd', BH, C, K)
         for n in range(N - 1, -1, -1):                         # reverse state recurrence
