@@ -2,9 +2,13 @@
 
 `python scripts/train_teacher.py` writes `taylor_calibrate/data/teacher/` (config, bf16 safetensors
 weights, tokenizer) and `taylor_calibrate/data/teacher/training_log.json` (loss curve, held-out
-VALID loss, wall time). The recipe below is the one the shipped teacher was trained with.
+VALID loss, wall time, and at every evaluation the heads' mean attention distance and an induction probe).
+The recipe below is the one the shipped teacher was trained with.
+
+The same script runs on a CUDA GPU (`--device cuda`, bf16 autocast, `--out` elsewhere): `bench/device_check.py`
+uses it to measure how many tokens this size of teacher needs before a head's mean distance drops below 3 tokens.
 """
-import argparse, gzip, json, math, os, time
+import argparse, contextlib, gzip, json, math, os, time
 from pathlib import Path
 import torch
 
@@ -42,12 +46,31 @@ def token_stream(tok, texts):
 def eval_loss(model, ids, seq_len, max_windows=64):
     model.eval()
     n = min(max_windows, (len(ids) - 1)//seq_len)
-    x = ids[:n*seq_len].view(n, seq_len)
+    x = ids[:n*seq_len].view(n, seq_len).to(model.device)
     losses = [model(input_ids=x[i:i+8], labels=x[i:i+8]).loss.item() for i in range(0, n, 8)]
     model.train()
     return sum(losses)/len(losses)
 
-def main(r=RECIPE, threads=2, continue_from=None):
+@torch.no_grad()
+def head_probe(model, ids, seq_len, windows=4, repeat=100, seed=0):
+    """Per-head mean attention distance (METHOD.md: mean over queries of sum_s p(t,s)(t-s)) on the first `windows`
+    VALID windows, and an induction probe: the loss on a second copy of `repeat` random tokens vs the first copy."""
+    model.eval(); impl = model.config._attn_implementation
+    model.set_attn_implementation('eager')                  # attention weights are only returned by the eager path
+    x = ids[:windows*seq_len].view(windows, seq_len).to(model.device)
+    pos = torch.arange(seq_len, device=model.device)
+    dist = (pos[:, None] - pos[None, :]).clamp(min=0).float()
+    md = torch.stack([(a.float()*dist).sum(-1).mean((0, 2)) for a in model(input_ids=x, output_attentions=True).attentions])
+    r = torch.randint(1, model.config.vocab_size, (windows, repeat), generator=torch.Generator().manual_seed(seed))
+    xr = torch.cat([r, r], 1).to(model.device)
+    nll = -torch.log_softmax(model(input_ids=xr).logits[:, :-1].float(), -1).gather(-1, xr[:, 1:, None])[..., 0]
+    model.set_attn_implementation(impl); model.train()
+    (lo_l, lo_h), (hi_l, hi_h) = (divmod(int(i), md.shape[1]) for i in (md.argmin(), md.argmax()))
+    return dict(min_mean_distance=round(md.min().item(), 3), min_head=[lo_l, lo_h], max_mean_distance=round(md.max().item(), 3),
+                max_head=[hi_l, hi_h], repeat_loss_first=round(nll[:, :repeat-1].mean().item(), 3),
+                repeat_loss_second=round(nll[:, repeat:].mean().item(), 3))
+
+def main(r=RECIPE, threads=2, continue_from=None, device='cpu', out=OUT, max_seconds=None):
     from transformers import Qwen2Config, Qwen2ForCausalLM, AutoTokenizer
     torch.set_num_threads(threads); torch.manual_seed(r['seed'])
     t0 = time.time()
@@ -65,6 +88,8 @@ def main(r=RECIPE, threads=2, continue_from=None):
     if continue_from:  # a further stage from saved weights: same architecture, new optimiser and schedule
         model = Qwen2ForCausalLM.from_pretrained(continue_from, dtype=torch.float32)
         previous = json.loads((Path(continue_from)/'training_log.json').read_text())
+    device = torch.device(device); model.to(device)
+    amp = torch.autocast('cuda', dtype=torch.bfloat16) if device.type == 'cuda' else contextlib.nullcontext()
     print(f'teacher: {sum(p.numel() for p in model.parameters()):,} parameters', flush=True)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -76,33 +101,38 @@ def main(r=RECIPE, threads=2, continue_from=None):
         return r['min_lr'] + 0.5*(r['lr'] - r['min_lr'])*(1 + math.cos(math.pi*p))
     g = torch.Generator().manual_seed(r['seed'])
     L, B = r['seq_len'], r['batch_size']
-    log = dict(recipe=r, steps=[], loss=[], eval_steps=[], valid_loss=[], tokens_per_step=B*L)
+    log = dict(recipe=r, device=str(device), steps=[], loss=[], eval_steps=[], valid_loss=[], heads=[], tokens_per_step=B*L)
     t1 = time.time(); model.train()
     for s in range(r['steps']):
         starts = torch.randint(0, len(train_ids) - L - 1, (B,), generator=g)
-        x = torch.stack([train_ids[i:i+L] for i in starts.tolist()])
+        x = torch.stack([train_ids[i:i+L] for i in starts.tolist()]).to(device)
         for grp in opt.param_groups: grp['lr'] = lr_at(s)
-        loss = model(input_ids=x, labels=x).loss
+        with amp: loss = model(input_ids=x, labels=x).loss
         opt.zero_grad(set_to_none=True); loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step()
         log['steps'].append(s); log['loss'].append(round(loss.item(), 4))
         if s % 20 == 0: print(f'step {s} loss {loss.item():.3f} lr {lr_at(s):.2e} {B*L*(s+1)/(time.time()-t1):.0f} tok/s', flush=True)
-        if (s+1) % r['eval_every'] == 0 or s+1 == r['steps']:
-            vl = eval_loss(model, valid_ids, L); log['eval_steps'].append(s+1); log['valid_loss'].append(round(vl, 4))
-            print(f'step {s+1} valid loss {vl:.3f} (ppl {math.exp(vl):.1f})', flush=True)
-    log['train_seconds'] = round(time.time() - t1, 1); log['train_tokens'] = r['steps']*B*L
+        over_time = max_seconds is not None and time.time() - t1 > max_seconds
+        if (s+1) % r['eval_every'] == 0 or s+1 == r['steps'] or over_time:
+            with amp: vl, hp = eval_loss(model, valid_ids, L), head_probe(model, valid_ids, L)
+            log['eval_steps'].append(s+1); log['valid_loss'].append(round(vl, 4)); log['heads'].append(dict(step=s+1, **hp))
+            print(f'step {s+1} valid loss {vl:.3f} (ppl {math.exp(vl):.1f}); heads: {hp}', flush=True)
+        if over_time: log['stopped_early'] = f'--max-seconds {max_seconds} reached after {s+1} steps'; break
+    log['train_seconds'] = round(time.time() - t1, 1); log['train_tokens'] = len(log['steps'])*B*L
     if previous:  # one log over all stages: steps and tokens continue where the previous stage ended
         off = previous['steps'][-1] + 1
         log = dict(stages=previous.get('stages', [previous['recipe']]) + [r], recipe=r, tokens_per_step=B*L,
                    steps=previous['steps'] + [off + s for s in log['steps']], loss=previous['loss'] + log['loss'],
                    eval_steps=previous['eval_steps'] + [off + s for s in log['eval_steps']],
                    valid_loss=previous['valid_loss'] + log['valid_loss'],
+                   heads=previous.get('heads', []) + [dict(h, step=off + h['step']) for h in log['heads']],
                    train_seconds=previous['train_seconds'] + log['train_seconds'], train_tokens=previous['train_tokens'] + log['train_tokens'])
-    OUT.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(OUT, safe_serialization=True)
-    tok.save_pretrained(OUT)
-    (OUT/'training_log.json').write_text(json.dumps(log))
-    print(f'saved to {OUT} after {time.time()-t0:.0f}s', flush=True)
+    out = Path(out); out.mkdir(parents=True, exist_ok=True)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    (out/'training_log.json').write_text(json.dumps(log))
+    print(f'saved to {out} after {time.time()-t0:.0f}s', flush=True)
+    return log
 
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -111,6 +141,12 @@ if __name__ == '__main__':
     p.add_argument('--lr', type=float, default=RECIPE['lr'])
     p.add_argument('--warmup', type=int, default=RECIPE['warmup'])
     p.add_argument('--seed', type=int, default=RECIPE['seed'])
+    p.add_argument('--batch-size', type=int, default=RECIPE['batch_size'])
+    p.add_argument('--eval-every', type=int, default=RECIPE['eval_every'])
     p.add_argument('--continue-from', default=None, help='train a further stage from the weights and tokenizer in this folder')
+    p.add_argument('--device', default='cpu', help="'cpu' (the shipped recipe) or 'cuda' (bf16 autocast)")
+    p.add_argument('--out', default=str(OUT), help='folder to write the teacher to (default: the package data folder)')
+    p.add_argument('--max-seconds', type=float, default=None, help='stop (and evaluate) once training has run this long')
     a = p.parse_args()
-    main({**RECIPE, 'steps': a.steps, 'lr': a.lr, 'warmup': a.warmup, 'seed': a.seed}, a.threads, a.continue_from)
+    main({**RECIPE, 'steps': a.steps, 'lr': a.lr, 'warmup': a.warmup, 'seed': a.seed, 'batch_size': a.batch_size,
+          'eval_every': a.eval_every}, a.threads, a.continue_from, a.device, a.out, a.max_seconds)
