@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / 'scripts')]
+sys.path[:0] = [str(ROOT), str(ROOT / 'scripts'), str(ROOT / 'bench')]
 from taylor_calibrate.gdn import GatedDeltaNet, chunk_gated_delta_rule_torch  # noqa: E402
 from taylor_calibrate.device import fla_kernels_available  # noqa: E402
 
@@ -84,14 +84,10 @@ def cuda_time(fn, reps=10, warmup=3):
 
 
 def kernel_inputs(B, T, H, K, dtype, dev, seed=0):
-    "L2-normalised q, k; per-head decays from fast to slow; sigmoid betas (as in bench_gdn.py)."
-    gen = torch.Generator().manual_seed(seed)
-    l2 = lambda x: x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
-    q, k = l2(torch.randn(B, T, H, K, generator=gen)), l2(torch.randn(B, T, H, K, generator=gen))
-    v = torch.randn(B, T, H, K, generator=gen)
-    g = -torch.logspace(-3, 0.5, H) * torch.nn.functional.softplus(torch.randn(B, T, H, generator=gen))
-    beta = torch.sigmoid(torch.randn(B, T, H, generator=gen))
-    return [t.to(dev, dtype if t.dim() == 4 or t is beta else torch.float32) for t in (q, k, v, g, beta)]
+    "bench_gdn.py's inputs on `dev`: q, k, v in `dtype`, beta too, the log decay g in float32."
+    from bench_gdn import make_inputs
+    q, k, v, g, beta = make_inputs(B, T, H, K, seed)
+    return [t.to(dev, dtype) for t in (q, k, v)] + [g.to(dev), beta.to(dev, dtype)]
 
 
 def kernels(dev):
