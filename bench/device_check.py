@@ -13,11 +13,11 @@
 
 Writes `device_check.json` (and the GPU teacher's folder) under --out. Nothing is asserted: it measures.
 
-On the device machine (its image has torch, transformers and triton, not fla). Here, once:
+On the device machine (its image has torch, transformers and triton, not fla or plotly). Here, once:
     echo /.whl/ >> .git/info/exclude
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \\
-        flash-linear-attention==0.6.0 fla-core==0.6.0
-then run with carry ['.whl'] and timeout_s 600:
+        flash-linear-attention==0.6.0 fla-core==0.6.0 plotly==7.1.0
+(plotly because `taylor_calibrate.teacher` imports it), then run with carry ['.whl'] and timeout_s 600:
     pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:. \\
         && PYTHONUNBUFFERED=1 python3 bench/device_check.py --out $OUT
 About 7 minutes with the default --teacher-seconds 240.

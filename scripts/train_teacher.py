@@ -55,16 +55,16 @@ def eval_loss(model, ids, seq_len, max_windows=64):
 def head_probe(model, ids, seq_len, windows=4, repeat=100, seed=0):
     """Per-head mean attention distance (METHOD.md: mean over queries of sum_s p(t,s)(t-s)) on the first `windows`
     VALID windows, and an induction probe: the loss on a second copy of `repeat` random tokens vs the first copy."""
-    model.eval(); impl = model.config._attn_implementation
-    model.set_attn_implementation('eager')                  # attention weights are only returned by the eager path
+    from taylor_calibrate.teacher import attention_maps
+    model.eval()
     x = ids[:windows*seq_len].view(windows, seq_len).to(model.device)
     pos = torch.arange(seq_len, device=model.device)
     dist = (pos[:, None] - pos[None, :]).clamp(min=0).float()
-    md = torch.stack([(a.float()*dist).sum(-1).mean((0, 2)) for a in model(input_ids=x, output_attentions=True).attentions])
+    md = (attention_maps(model, x).float()*dist).sum(-1).mean((1, 3))   # [layers, heads]
     r = torch.randint(1, model.config.vocab_size, (windows, repeat), generator=torch.Generator().manual_seed(seed))
     xr = torch.cat([r, r], 1).to(model.device)
     nll = -torch.log_softmax(model(input_ids=xr).logits[:, :-1].float(), -1).gather(-1, xr[:, 1:, None])[..., 0]
-    model.set_attn_implementation(impl); model.train()
+    model.train()
     (lo_l, lo_h), (hi_l, hi_h) = (divmod(int(i), md.shape[1]) for i in (md.argmin(), md.argmax()))
     return dict(min_mean_distance=round(md.min().item(), 3), min_head=[lo_l, lo_h], max_mean_distance=round(md.max().item(), 3),
                 max_head=[hi_l, hi_h], repeat_loss_first=round(nll[:, :repeat-1].mean().item(), 3),
