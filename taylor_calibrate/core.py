@@ -4,8 +4,9 @@
 
 # %% auto #0
 __all__ = ['EVAL_SPLIT', 'RECIPES', 'token_windows', 'Recipe', 'get_recipe', 'realised_half_life', 'realised_beta', 'set_decay',
-           'concentration', 'set_write_gate', 'gated_head_outputs', 'set_value_scale', 'set_output_gate', 'phase1',
-           'layer_fit', 'phase2', 'CalibrationReport', 'calibrate', 'report_html']
+           'concentration', 'set_write_gate', 'gated_head_outputs', 'set_value_scale', 'set_output_gate',
+           'value_output_norms', 'balanced_gauge', 'rescale_value_output', 'phase1', 'layer_fit', 'phase2',
+           'CalibrationReport', 'calibrate', 'report_html']
 
 # %% ../nbs/05_calibrate.ipynb #b40584c1
 import copy, json, math, time, warnings
@@ -20,7 +21,7 @@ from .taylor import (dt_bias_from_distance, concentration_minmax, concentration_
 from .gdn import GatedDeltaNet
 from .teacher import corpus_token_ids, SPLITS
 from .stats import attention_stats
-from .convert import to_hybrid, select_layers, gdn_modules
+from .convert import to_hybrid, select_layers, gdn_modules, check_teacher, decoder_layers, attention_geometry
 
 # %% ../nbs/05_calibrate.ipynb #299ed0f0
 EVAL_SPLIT = 'test'
@@ -66,6 +67,7 @@ class Recipe:
     exact_decay: bool = False
     exact_beta: bool = False
     acting_scale: bool = False
+    gauge_fix: bool = False             # convert the teacher at its balanced value/output gauge
     minibatch: bool = False
     concentration: str = 'minmax'       # or 'relative' (entropy / log(t+1))
     beta_lo: float = 0.3
@@ -205,6 +207,65 @@ def set_output_gate(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, 
     if gdn.g_proj.bias is not None: gdn.g_proj.bias.zero_()
     return float(alpha)
 
+# %% ../nbs/05_calibrate.ipynb #fe5a545a
+def _value_output_blocks(teacher):
+    "Per decoder layer: (self_attn, query heads, KV heads, head dim)."
+    check_teacher(teacher)
+    return [(l.self_attn, *attention_geometry(l.self_attn)) for l in decoder_layers(teacher)]
+
+@torch.no_grad()
+def value_output_norms(teacher) -> tuple[torch.Tensor, torch.Tensor]:
+    "Per layer and KV head, [L, Hkv] each: the norm of W_V's rows (with b_V) and of W_O's columns for that KV head's query heads."
+    nv, no = [], []
+    for attn, H, Hkv, d in _value_output_blocks(teacher):
+        v = attn.v_proj.weight.float().view(Hkv, -1).pow(2).sum(1)
+        if attn.v_proj.bias is not None: v = v + attn.v_proj.bias.float().view(Hkv, -1).pow(2).sum(1)
+        o = attn.o_proj.weight.float().view(-1, Hkv, (H // Hkv) * d).pow(2).sum((0, 2))
+        nv.append(v.sqrt()); no.append(o.sqrt())
+    return torch.stack(nv), torch.stack(no)
+
+def balanced_gauge(teacher) -> torch.Tensor:
+    "The factors k [L, Hkv] for which `rescale_value_output(teacher, k)` has equal W_V and W_O norms per KV head."
+    nv, no = value_output_norms(teacher)
+    return (nv / no.clamp_min(1e-30)).sqrt()
+
+def _gauge_factors(k, L: int, Hkv: int) -> torch.Tensor:
+    "k as a float64 [L, Hkv] tensor, validated: a positive finite scalar, or one per layer and KV head."
+    try: t = torch.as_tensor(k, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError): raise ValueError(f'k must be a number or an [layers, KV heads] array of numbers, got {type(k).__name__}') from None
+    if t.ndim == 0: t = t.expand(L, Hkv)
+    if t.shape != (L, Hkv): raise ValueError(f'k has shape {tuple(t.shape)}; expected a scalar or one factor per layer and KV head, shape ({L}, {Hkv})')
+    if not torch.isfinite(t).all(): raise ValueError('k must be finite (got NaN or infinity)')
+    if (t <= 0).any(): raise ValueError(f'k must be positive (got {t.min().item():g}); a rescaling by k <= 0 is not a gauge transformation')
+    return t
+
+@torch.no_grad()
+def rescale_value_output(teacher, k):
+    "A copy of `teacher` with W_V, b_V -> W_V/k, b_V/k and W_O's matching columns -> k W_O per KV head: the same function."
+    blocks = _value_output_blocks(teacher)
+    H, Hkv, d = blocks[0][1:]
+    if any(b[1:] != (H, Hkv, d) for b in blocks): raise ValueError('layers of different attention shapes are not supported')
+    k = _gauge_factors(k, len(blocks), Hkv)
+    out = copy.deepcopy(teacher)
+    for (attn, *_), kl in zip(_value_output_blocks(out), k):
+        v, o = attn.v_proj, attn.o_proj
+        v.weight.copy_((v.weight.double().view(Hkv, -1) / kl[:, None]).view_as(v.weight))
+        if v.bias is not None: v.bias.copy_((v.bias.double().view(Hkv, -1) / kl[:, None]).view_as(v.bias))
+        o.weight.copy_((o.weight.double().view(o.weight.shape[0], Hkv, -1) * kl[None, :, None]).view_as(o.weight))
+    return out
+
+def _query_head_gauge(k_kv: torch.Tensor, num_heads: int) -> torch.Tensor:
+    "Per-KV-head factors [Hkv] repeated to the query heads that read each KV head [H]."
+    return k_kv.float().repeat_interleave(num_heads // len(k_kv))
+
+@torch.no_grad()
+def _gauge_gdn(gdn: GatedDeltaNet, k: torch.Tensor):
+    "Rescale a converted layer's copied W_V (and b_V) by 1/k and o_proj's columns by k, per GDN head: the copy of a rescaled teacher."
+    H = gdn.num_heads
+    gdn.v_proj.weight.view(H, -1, gdn.v_proj.weight.shape[1]).div_(k[:, None, None].to(gdn.v_proj.weight))
+    if gdn.v_proj.bias is not None: gdn.v_proj.bias.view(H, -1).div_(k[:, None].to(gdn.v_proj.bias))
+    gdn.o_proj.weight.view(gdn.o_proj.weight.shape[0], H, -1).mul_(k[None, :, None].to(gdn.o_proj.weight))
+
 # %% ../nbs/05_calibrate.ipynb #92411769
 def phase1(gdn: GatedDeltaNet, head_stats: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor, recipe: Recipe) -> dict:
     "Run Phase 1 on one GDN layer from its teacher head statistics and calibration I/O; returns the per-head targets."
@@ -222,16 +283,16 @@ def phase1(gdn: GatedDeltaNet, head_stats: dict, x: torch.Tensor, context: torch
 
 # %% ../nbs/05_calibrate.ipynb #602666ec
 def layer_fit(gdn: GatedDeltaNet, x: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, batch: int = 8) -> dict:
-    "MSE and cosine similarity of a GDN layer's output to the teacher attention output, over real tokens."
-    se, dot, nx, ny, n = 0., 0., 0., 0., 0
+    "MSE, cosine similarity and RMS ratio of a GDN layer's output to the teacher attention output, over real tokens."
+    se, dot, yy, tt, n = 0., 0., 0., 0., 0
     with torch.no_grad():
         for i in range(0, len(x), batch):
             m = mask[i:i+batch].bool()
             y = gdn(x[i:i+batch].float(), attention_mask=m.long())[0][m].double()
             t = target[i:i+batch][m].double()
             se += (y - t).pow(2).sum().item(); dot += (y * t).sum(-1).div(y.norm(dim=-1) * t.norm(dim=-1) + 1e-12).sum().item()
-            n += m.sum().item()
-    return dict(mse=se / (n * target.shape[-1]), cos=dot / n)
+            yy += y.pow(2).sum().item(); tt += t.pow(2).sum().item(); n += m.sum().item()
+    return dict(mse=se / (n * target.shape[-1]), cos=dot / n, ratio=math.sqrt(yy / max(tt, 1e-300)))
 
 def _param_groups(gdn, recipe):
     qkv, gates = [], []
@@ -427,6 +488,7 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, device, progres
     rep = CalibrationReport(init=recipe.name, recipe=asdict(recipe), keep=[], converted=conv,
                             data=dict(calib_tokens=cal.numel(), heldout_tokens=held.numel(), seq_len=cal.shape[1]))
     teacher_dev = next(teacher.parameters()).device
+    gauge = balanced_gauge(teacher) if recipe.gauge_fix else None
     teacher.to(device); hybrid.to(device)
     t0 = time.time()
     st = attention_stats(teacher, cal, layers=conv, capture=conv, progress=progress)
@@ -441,19 +503,24 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, device, progres
         lr = dict(layer=l)
         dtype = gdn.q_proj.weight.dtype
         gdn.float()                                   # calibrate in float32 (a bf16 teacher gives bf16 layers); cast back below
+        if gauge is not None:                         # the copy of the balanced teacher, and its context
+            k = _query_head_gauge(gauge[l], gdn.num_heads).to(device)
+            _gauge_gdn(gdn, k); ctx = ctx / k[:, None]
+            lr.update(gauge_k=float(gauge[l].float().log().mean().exp()))
         if recipe.zero_gate:
             with torch.no_grad(): gdn.g_proj.weight.zero_()
-        fit = layer_fit(gdn, *heldout); lr.update(mse_copy=fit['mse'], cos_copy=fit['cos'])
+        fit = layer_fit(gdn, *heldout); lr.update(mse_copy=fit['mse'], cos_copy=fit['cos'], ratio_copy=fit['ratio'])
         targets = None
         if recipe.phase1:
             t1 = time.time(); targets = phase1(gdn, head_st, x, ctx, m, recipe); rep.timings['phase1_s'] += time.time() - t1
-            fit = layer_fit(gdn, *heldout); lr.update(mse_phase1=fit['mse'], cos_phase1=fit['cos'], alpha=targets['alpha'])
+            fit = layer_fit(gdn, *heldout); lr.update(mse_phase1=fit['mse'], cos_phase1=fit['cos'], ratio_phase1=fit['ratio'], alpha=targets['alpha'])
         if recipe.phase2:
             t1 = time.time()
             curve = phase2(gdn, x, y, m, recipe, heldout=heldout, seed=seed + l, progress=progress, desc=f'phase 2, layer {l}')
             rep.timings['phase2_s'] += time.time() - t1
             rep.curves[l] = curve
-            fit = layer_fit(gdn, *heldout); lr.update(mse_phase2=fit['mse'], cos_phase2=fit['cos'], phase2_best_step=curve['best_step'],
+            fit = layer_fit(gdn, *heldout); lr.update(mse_phase2=fit['mse'], cos_phase2=fit['cos'], ratio_phase2=fit['ratio'],
+                                                    phase2_best_step=curve['best_step'],
                                                     phase2_stopped=curve['stopped'])
         rep.layers.append(lr)
         rep.heads.extend(_head_rows_report(l, head_st, targets, gdn, x, m))

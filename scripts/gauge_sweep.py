@@ -1,0 +1,124 @@
+"""The value/output gauge experiment: one teacher rescaled by k (W_V / k, k W_O; the same function), then converted
+with every initialisation. Calibration on TRAIN, evaluation on the whole TEST split.
+
+    python scripts/gauge_sweep.py                       # the full sweep -> bench/results/gauge/
+    python scripts/gauge_sweep.py --mini --out-dir /tmp/g   # a few steps of everything (checks the code path)
+    python scripts/gauge_sweep.py --summarise-only      # rewrite gauge.json from the runs finished so far
+
+Runs: k in {0.1, 0.3, 1, 3, 10, 30, 100} x inits {naive, zero_gate, phase1, phase2, taylor, taylor+} with `uniform:0.25`;
+`taylor+` both with and without its `gauge_fix` switch; at k = 10 (inside the range of context sizes logged for
+Llama-3.2-3B) the retention sweep 25/50/75% for naive, taylor and taylor+. Seed 0 of everything first, then the
+other seeds. Every finished run is one line of `<out-dir>/runs.jsonl` (the same resumable ledger as
+`scripts/experiments.py`): an interrupted sweep continues where it stopped. `<out-dir>/gauge.json` summarises it.
+"""
+import argparse, json, math, statistics, sys, time
+from pathlib import Path
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT/'scripts'))
+from experiments import read_ledger, append_ledger, claim, claim_name, job_key, _summ
+
+KS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
+RETENTION_K, RETENTION, RETENTION_INITS = 10.0, (0.25, 0.5, 0.75), ('naive', 'taylor', 'taylor+')
+LLAMA_CONTEXT_RMS = (0.017, 0.145)      # teacher context RMS range in the reference implementation's Llama-3.2-3B logs
+
+def job(k, init, seed, keep='uniform:0.25', gauge_fix=False):
+    return dict(kind='gauge', k=k, init=init, seed=seed, keep=keep, gauge_fix=gauge_fix)
+
+def jobs(seeds, ks=KS):
+    "Seed 0 of everything (cheap inits first, then both taylor+ variants at k=1), then the other seeds."
+    def one(s):
+        cheap = [job(k, i, s) for i in INITS[:3] for k in ks]
+        plus = [job(1.0, 'taylor+', s, gauge_fix=g) for g in (False, True)]
+        rest = [job(k, i, s, gauge_fix=g) for k in ks for i, g in [('phase2', False), ('taylor', False), ('taylor+', False), ('taylor+', True)]]
+        ret = [job(RETENTION_K, i, s, keep=f'uniform:{f}', gauge_fix=g) for f in RETENTION
+               for i, g in [('naive', False), ('taylor', False), ('taylor+', False), ('taylor+', True)]]
+        return cheap + plus + rest + ret
+    todo = [j for s in range(seeds) for j in one(s)]
+    return list({job_key(j): j for j in todo}.values())
+
+def budget(a): return dict(steps=3, calib_tokens=1024, heldout_tokens=512) if a.mini else {}
+
+def run(j, teacher, tok, test_ids, a):
+    from dataclasses import replace
+    from taylor_calibrate.core import calibrate, get_recipe, rescale_value_output
+    from taylor_calibrate.teacher import perplexity
+    t = rescale_value_output(teacher, j['k'])
+    recipe = replace(get_recipe(j['init']), gauge_fix=j['gauge_fix'])
+    student = calibrate(t, 'train', keep=j['keep'], init=recipe, tokenizer=tok, seed=j['seed'], progress=False, **budget(a))
+    rep = student.calibration_report
+    return dict(ppl=perplexity(student, test_ids, progress=False), kept=rep.keep, layers=rep.layers, timings=rep.timings)
+
+def setup_of(a, test_ids):
+    import hashlib
+    s = dict(experiment='gauge', teacher=a.teacher, eval_split='test', eval_tokens=test_ids.numel(), calib_split='train',
+             mini=a.mini, budget=budget(a), torch=torch.__version__)
+    return s, hashlib.sha1(json.dumps(s, sort_keys=True).encode()).hexdigest()[:12]
+
+def load(a):
+    from taylor_calibrate.teacher import load_teacher, corpus_token_ids
+    teacher, tok = load_teacher(a.teacher)
+    return teacher, tok, corpus_token_ids(tok, 'test', 2048 if a.mini else None)
+
+def work(a):
+    teacher, tok, test_ids = load(a)
+    setup, sid = setup_of(a, test_ids)
+    for j in jobs(a.seeds, a.ks):
+        key = job_key(j)
+        if key in read_ledger(a.out_dir, sid) or not claim(a.out_dir, key): continue
+        t0 = time.time()
+        res = run(j, teacher, tok, test_ids, a)
+        append_ledger(a.out_dir, dict(key=key, setup_id=sid, job=j, seconds=time.time() - t0, **res))
+        print(f"k {j['k']:6g} {j['keep']:13} {j['init']:9} gauge_fix {j['gauge_fix']!s:5} seed {j['seed']}  ppl {res['ppl']:9.2f} "
+              f"({time.time() - t0:.0f}s)", flush=True)
+
+
+def summarise(ledger, setup, teacher_ppl):
+    "Mean and spread over seeds per (keep, init, gauge_fix, k), the naive/taylor ratio per k, and the per-layer branch ratios (mean over layers)."
+    cells = {}
+    for r in ledger.values():
+        j = r['job']
+        name = j['init'] + (' (gauge_fix)' if j['gauge_fix'] else '')
+        cells.setdefault((j['keep'], name, j['k']), []).append(r)
+    out = {}
+    for (keep, name, k), rs in sorted(cells.items(), key=lambda t: (t[0][0], t[0][1], t[0][2])):
+        rs = sorted(rs, key=lambda r: r['job']['seed'])
+        ratios = {s: statistics.mean([l[f'ratio_{s}'] for l in rs[0]['layers']]) for s in ('copy', 'phase1', 'phase2') if f'ratio_{s}' in rs[0]['layers'][0]}
+        out.setdefault(keep, {}).setdefault(name, {})[str(k)] = dict(**_summ([r['ppl'] for r in rs]), seeds=[r['job']['seed'] for r in rs],
+                                                                   branch_ratio=ratios, seconds=statistics.median(r['seconds'] for r in rs))
+    u = out.get('uniform:0.25', {})
+    naive_over_taylor = {k: u['naive'][k]['mean'] / u['taylor'][k]['mean'] for k in u.get('naive', {}) if k in u.get('taylor', {})}
+    return dict(setup=setup, teacher_test_ppl=teacher_ppl, llama_context_rms=LLAMA_CONTEXT_RMS, runs=out,
+                naive_over_taylor=naive_over_taylor)
+
+def main(a):
+    torch.set_num_threads(a.threads); torch.set_flush_denormal(True)
+    out_dir = Path(a.out_dir); out_dir.mkdir(parents=True, exist_ok=True)
+    claims = out_dir/'.claims'
+    if claims.exists():
+        for f in claims.iterdir(): f.unlink()
+    if not a.summarise_only: work(a)
+    from taylor_calibrate.teacher import perplexity
+    teacher, tok, test_ids = load(a)
+    setup, sid = setup_of(a, test_ids)
+    ledger = read_ledger(out_dir, sid)
+    missing = [job_key(j) for j in jobs(a.seeds, a.ks) if job_key(j) not in ledger]
+    res = summarise(ledger, dict(setup, seeds=a.seeds, runs_done=len(ledger), runs_missing=missing), perplexity(teacher, test_ids, progress=False))
+    (out_dir/'gauge.json').write_text(json.dumps(res, indent=1, default=float)); print('wrote', out_dir/'gauge.json')
+    return res
+
+if __name__ == '__main__':
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--teacher', default=None, help='a shipped teacher name (default: the default teacher)')
+    p.add_argument('--mini', action='store_true', help='tiny budgets: checks the code path, measures nothing')
+    p.add_argument('--seeds', type=int, default=3)
+    p.add_argument('--ks', type=float, nargs='+', default=list(KS))
+    p.add_argument('--threads', type=int, default=1)
+    p.add_argument('--summarise-only', action='store_true', help='run nothing: summarise the runs already in the ledger')
+    p.add_argument('--out-dir', default=str(ROOT/'bench'/'results'/'gauge'))
+    a = p.parse_args()
+    a.ks = tuple(a.ks)
+    if a.mini: a.seeds = 1
+    main(a)
