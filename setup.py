@@ -14,6 +14,7 @@ py_versions = ['3.10', '3.11', '3.12', '3.13']
 
 requirements = cfg.get('requirements', '').split()
 dev_requirements = cfg.get('dev_requirements', '').split()
+cuda_requirements = cfg.get('cuda_requirements', '').split()   # fla's Triton kernels, for CUDA machines
 package_data = {cfg['lib_name']: cfg.get('package_data', '').split()}
 
 setuptools.setup(
@@ -31,7 +32,7 @@ setuptools.setup(
     package_data=package_data,
     include_package_data=True,
     install_requires=requirements,
-    extras_require={'dev': dev_requirements},
+    extras_require={'dev': dev_requirements, 'cuda': cuda_requirements},
     python_requires='>=' + min_python,
     description=cfg['description'],
     long_description=open('README.md', encoding='utf-8').read(),

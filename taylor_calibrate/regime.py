@@ -48,7 +48,7 @@ def regime_table(teacher, data='train', keep='uniform:0.25', tokenizer=None, ini
     for row in rows:
         cap = caps[row['layer']]
         for init, s in students.items():
-            gdn = gdn_modules(s)[row['layer']]
+            gdn = gdn_modules(s)[row['layer']].float()     # measured in float32, like calibrate's own fits
             dev = next(gdn.parameters()).device
             fit = layer_fit(gdn, cap['input'].to(dev), cap['output'].to(dev), mask.to(dev))
             row[f'{init}_ratio'], row[f'{init}_cosine'] = fit['ratio'], fit['cos']

@@ -44,3 +44,19 @@ def test_convert_bad_input(tmp_path):
     assert r.returncode == 1 and 'lacks' in r.stderr
     r = run('demo', '--inits', 'magic')
     assert r.returncode == 1 and 'unknown init' in r.stderr
+
+def test_diagnose_naive_scale_on_the_shipped_teacher_and_a_rescaled_copy(tmp_path):
+    "diagnose prints one row per converted layer and a verdict; on a teacher saved in another gauge the verdict flips."
+    from taylor_calibrate.teacher import load_teacher
+    from taylor_calibrate.core import rescale_value_output
+    r = run('diagnose', '--keep', 'uniform:0.25', '--heldout-tokens', '1024')
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].split()[:4] == ['layer', 'context_rms', 'attn_output_rms', 'residual_rms'] and len(lines) == 1 + 6 + 1
+    assert lines[-1].startswith('a naive copy is under-scaled by')
+    teacher, tok = load_teacher()
+    rescale_value_output(teacher, 30.).save_pretrained(tmp_path/'t30'); tok.save_pretrained(tmp_path/'t30')
+    r = run('diagnose', '--teacher', tmp_path/'t30', '--keep', '0,4', '--inits', 'naive', '--heldout-tokens', '1024')
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith('a naive copy is over-scaled by'), r.stdout + r.stderr
+    r = run('diagnose', '--keep', 'every-other')
+    assert r.returncode == 1 and 'every-other' in r.stderr

@@ -58,7 +58,8 @@ def test_teacher_untouched_and_hybrid_runs(kind, tmp_path):
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in teacher.modules())
     assert all(p.grad is None for p in teacher.parameters())
-    assert type(hybrid) is type(teacher) and converted_layers(hybrid) == [1, 3]
+    assert isinstance(hybrid, type(teacher)) and converted_layers(hybrid) == [1, 3]
+    assert hybrid.config.model_type == f'taylor_calibrate_{teacher.config.model_type}'
 
 def test_gqa_copy_replicates_whole_kv_heads_and_row_repeat_fails():
     teacher = tiny('qwen2')  # 8 query heads, 2 KV heads: group of 4, with biases
@@ -136,7 +137,7 @@ def test_load_never_reinitialises_gdn_parameters(tmp_path):
         assert torch.equal(g.A_log, gdn_modules(hybrid)[i].A_log) and torch.equal(g.dt_bias, gdn_modules(hybrid)[i].dt_bias)
         assert torch.isfinite(g.A_log).all()
     cfg = json.loads((tmp_path/'native'/'config.json').read_text())
-    assert cfg['model_type'] == 'qwen3' and cfg['taylor_calibrate']['converted_layers'] == [1, 2, 3]
+    assert cfg['model_type'] == 'taylor_calibrate_qwen3' and cfg['taylor_calibrate']['converted_layers'] == [1, 2, 3]
     tiny('qwen3').save_pretrained(tmp_path/'plain')
     with pytest.raises(ValueError, match='no taylor_calibrate section'): load_hybrid(tmp_path/'plain')
     with pytest.raises(ValueError, match='not a hybrid'): save_hybrid(tiny('qwen3'), tmp_path/'x')
