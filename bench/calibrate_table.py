@@ -1,4 +1,4 @@
-"""Issue-7 acceptance on the shipped teacher: test perplexity of every init, the taylor+ ablation, and timings.
+"""Calibration on the shipped teacher: test perplexity of every init, the taylor+ ablation, and timings.
 
     python bench/calibrate_table.py                 # full run, writes bench/results/calibrate.json
     python bench/calibrate_table.py --quick         # tiny budgets (CI smoke test), writes nothing unless --out

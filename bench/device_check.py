@@ -1,12 +1,12 @@
-"""One prepared run for a lent CUDA GPU: the checks that issues #3 and #4 ask for when a GPU is lent.
+"""One prepared run for a CUDA GPU: the checks that need one, in a single call.
 
-1. layer agreement (#4): the same `GatedDeltaNet` weights and inputs on the CPU (our PyTorch kernel) and on
+1. layer agreement: the same `GatedDeltaNet` weights and inputs on the CPU (our PyTorch kernel) and on
    CUDA (fla's Triton kernels): outputs, the gradients of the input and of every parameter, and chunked
    prefill followed by single-token steps (fla's fused recurrent kernel), as relative errors.
-2. kernel timing (#4): fla's `chunk_gated_delta_rule` vs our `chunk_gated_delta_rule_torch`, both on CUDA,
+2. kernel timing: fla's `chunk_gated_delta_rule` vs our `chunk_gated_delta_rule_torch`, both on CUDA,
    B=4, H=8, T in {2048, 8192}, head_dim 64 and 128, fp32 and bf16, forward and forward+backward
    (median of 10 after 3 warm-ups, CUDA events; peak memory).
-3. teacher tokens (#3): the shipped teacher's architecture trained from scratch on CUDA with
+3. teacher tokens: the shipped teacher's architecture trained from scratch on CUDA with
    `scripts/train_teacher.py` (same recipe, batch 64 x 512, bf16 autocast) for about `--teacher-seconds`;
    at every evaluation the smallest and largest head mean attention distance and an induction probe.
    It answers: how many tokens does this size need before a head's mean distance drops below 3 tokens?

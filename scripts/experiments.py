@@ -1,4 +1,4 @@
-"""The paper's experiments at small scale on the shipped teacher (issue 9): zero-shot grid, retention sweep,
+"""The paper's experiments at small scale on the shipped teacher: zero-shot grid, retention sweep,
 recovery distillation, and the GQA-copy ablation. Calibration on TRAIN, layer selection on VALID, evaluation on TEST.
 
     python scripts/experiments.py --mini --out-dir /tmp/exp        # a few steps of everything (CI smoke run)

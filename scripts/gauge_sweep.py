@@ -1,7 +1,7 @@
 """The value/output gauge experiment: one teacher rescaled by k (W_V / k, k W_O; the same function), then converted
 with every initialisation. Calibration on TRAIN, evaluation on the whole TEST split.
 
-    python scripts/gauge_sweep.py                       # the full sweep -> bench/results/gauge/
+    python scripts/gauge_sweep.py --workers 2           # the full sweep -> bench/results/gauge/
     python scripts/gauge_sweep.py --mini --out-dir /tmp/g   # a few steps of everything (checks the code path)
     python scripts/gauge_sweep.py --summarise-only      # rewrite gauge.json from the runs finished so far
 
@@ -21,6 +21,7 @@ from experiments import read_ledger, append_ledger, claim, claim_name, job_key, 
 
 KS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
+ORDER = (1.0, 100.0, 0.1, 10.0, 30.0, 0.3, 3.0)   # the expensive inits: the extremes and the real-model range first
 RETENTION_K, RETENTION, RETENTION_INITS = 10.0, (0.25, 0.5, 0.75), ('naive', 'taylor', 'taylor+')
 LLAMA_CONTEXT_RMS = (0.017, 0.145)      # teacher context RMS range in the reference implementation's Llama-3.2-3B logs
 
@@ -28,11 +29,12 @@ def job(k, init, seed, keep='uniform:0.25', gauge_fix=False):
     return dict(kind='gauge', k=k, init=init, seed=seed, keep=keep, gauge_fix=gauge_fix)
 
 def jobs(seeds, ks=KS):
-    "Seed 0 of everything (cheap inits first, then both taylor+ variants at k=1), then the other seeds."
+    "Seed 0 of everything (cheap inits first, then both taylor+ variants at k=1, then the expensive inits in `ORDER` of k), then the other seeds."
     def one(s):
         cheap = [job(k, i, s) for i in INITS[:3] for k in ks]
         plus = [job(1.0, 'taylor+', s, gauge_fix=g) for g in (False, True)]
-        rest = [job(k, i, s, gauge_fix=g) for k in ks for i, g in [('phase2', False), ('taylor', False), ('taylor+', False), ('taylor+', True)]]
+        rest = [job(k, i, s, gauge_fix=g) for k in sorted(ks, key=ORDER.index) for i, g in
+                [('taylor', False), ('taylor+', False), ('taylor+', True), ('phase2', False)]]
         ret = [job(RETENTION_K, i, s, keep=f'uniform:{f}', gauge_fix=g) for f in RETENTION
                for i, g in [('naive', False), ('taylor', False), ('taylor+', False), ('taylor+', True)]]
         return cheap + plus + rest + ret
@@ -96,10 +98,16 @@ def summarise(ledger, setup, teacher_ppl):
 def main(a):
     torch.set_num_threads(a.threads); torch.set_flush_denormal(True)
     out_dir = Path(a.out_dir); out_dir.mkdir(parents=True, exist_ok=True)
+    if a.worker is not None: return work(a)
     claims = out_dir/'.claims'
     if claims.exists():
         for f in claims.iterdir(): f.unlink()
-    if not a.summarise_only: work(a)
+    if a.summarise_only: pass
+    elif a.workers == 1: work(a)
+    else:   # processes sharing the run list through claim files, as in scripts/experiments.py
+        import subprocess
+        procs = [subprocess.Popen([sys.executable, __file__, *sys.argv[1:], '--worker', str(w)]) for w in range(a.workers)]
+        if any(p.wait() for p in procs): raise SystemExit('a worker failed; finished runs are in the ledger, rerun to resume')
     from taylor_calibrate.teacher import perplexity
     teacher, tok, test_ids = load(a)
     setup, sid = setup_of(a, test_ids)
@@ -115,7 +123,9 @@ if __name__ == '__main__':
     p.add_argument('--mini', action='store_true', help='tiny budgets: checks the code path, measures nothing')
     p.add_argument('--seeds', type=int, default=3)
     p.add_argument('--ks', type=float, nargs='+', default=list(KS))
-    p.add_argument('--threads', type=int, default=1)
+    p.add_argument('--threads', type=int, default=1, help='threads per worker')
+    p.add_argument('--workers', type=int, default=1, help='processes sharing the run list')
+    p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument('--summarise-only', action='store_true', help='run nothing: summarise the runs already in the ledger')
     p.add_argument('--out-dir', default=str(ROOT/'bench'/'results'/'gauge'))
     a = p.parse_args()

@@ -6,10 +6,11 @@
 __all__ = ['EVAL_SPLIT', 'RECIPES', 'token_windows', 'Recipe', 'get_recipe', 'realised_half_life', 'realised_beta', 'set_decay',
            'concentration', 'set_write_gate', 'gated_head_outputs', 'set_value_scale', 'set_output_gate',
            'value_output_norms', 'balanced_gauge', 'rescale_value_output', 'phase1', 'layer_fit', 'phase2',
-           'CalibrationReport', 'calibrate', 'report_html']
+           'CalibrationReport', 'calibrate', 'report_summary', 'report_html']
 
 # %% ../nbs/05_calibrate.ipynb #b40584c1
 import copy, json, math, time, warnings
+from pathlib import Path
 from dataclasses import dataclass, field, asdict, replace
 import torch, torch.nn.functional as F
 import pandas as pd
@@ -529,19 +530,39 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, device, progres
     return hybrid, rep
 
 # %% ../nbs/05_calibrate.ipynb #22e0c138
+_REPORT_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}th,td{padding:.3em .7em;border-bottom:1px solid #ddd;text-align:right}
+th{background:#f3f5f8}td:first-child,th:first-child{text-align:left}.summary{font-size:1.15em;background:#eef6ee;padding:.6em 1em;border-radius:6px}"""
+
+def report_summary(reports: list, perplexities: dict | None = None) -> str:
+    "One line: which layers were converted, and (with perplexities) the best init against the teacher and a naive copy."
+    r = reports[0]
+    n = len(r.keep) + len(r.converted)
+    line = f'{len(r.converted)} of {n} layers converted to Gated DeltaNet (kept as attention: {", ".join(map(str, r.keep)) or "none"})'
+    scores = {k: v for k, v in (perplexities or {}).items() if k != 'teacher'}
+    if scores:
+        best = min(scores, key=scores.get)
+        line += f'; best init {best}: test perplexity {scores[best]:,.2f}'
+        if 'teacher' in perplexities: line += f' (teacher {perplexities["teacher"]:,.2f}'
+        if 'naive' in scores and best != 'naive': line += f', naive copy {scores["naive"]:,.2f}'
+        if 'teacher' in perplexities: line += ')'
+    return line
+
 def report_html(reports: list, perplexities: dict | None = None) -> str:
-    "A standalone HTML page with a perplexity table and every report's figures (plotly.js embedded once)."
+    "A standalone HTML page: a one-line summary, the perplexity table, each report's layer table and its non-empty figures (plotly.js embedded once)."
     import html as _html
-    parts = ['<html><head><meta charset="utf-8"><title>taylor-calibrate report</title></head>',
-             '<body style="font-family:sans-serif;max-width:1100px;margin:auto">', '<h1>taylor-calibrate report</h1>']
+    if not reports: raise ValueError('report_html needs at least one CalibrationReport')
+    parts = [f'<html><head><meta charset="utf-8"><title>taylor-calibrate report</title><style>{_REPORT_CSS}</style></head><body>',
+             '<h1>taylor-calibrate report</h1>', f'<p class="summary">{_html.escape(report_summary(reports, perplexities))}</p>']
     if perplexities:
-        rows = ''.join(f'<tr><td>{_html.escape(k)}</td><td style="text-align:right">{v:,.2f}</td></tr>' for k, v in perplexities.items())
-        parts.append(f'<h2>Test perplexity</h2><table border="1" cellpadding="4"><tr><th>model</th><th>perplexity</th></tr>{rows}</table>')
+        rows = ''.join(f'<tr><td>{_html.escape(k)}</td><td>{v:,.2f}</td></tr>' for k, v in perplexities.items())
+        parts.append(f'<h2>Test perplexity</h2><table><tr><th>model</th><th>perplexity</th></tr>{rows}</table>')
     first = True
     for r in reports:
         parts.append(f'<h2>init: {_html.escape(r.init)}</h2>')
-        parts.append(r.layers_frame().to_html(index=False, float_format=lambda v: f'{v:.4g}'))
-        for fig in r.figures():
+        parts.append(r.layers_frame().to_html(index=False, border=0, float_format=lambda v: f'{v:.4g}'))
+        figs = [r.fig_fit(), r.fig_heads()] + ([r.fig_curves()] if any(c['step'] for c in r.curves.values()) else [])
+        for fig in figs:
             parts.append(fig.to_html(full_html=False, include_plotlyjs=first)); first = False
     parts.append('</body></html>')
     return '\n'.join(parts)
