@@ -4,6 +4,7 @@ recovery distillation, and the GQA-copy ablation. Calibration on TRAIN, layer se
     python scripts/experiments.py --mini --out-dir /tmp/exp        # a few steps of everything (CI smoke run)
     python scripts/experiments.py --workers 2                      # the full run -> bench/results/experiments/
     python scripts/experiments.py --parts grid,gqa --seeds 1       # a subset
+    python scripts/experiments.py --teacher tiny-qwen3 --workers 2 # the same on the Qwen3 teacher -> bench/results/experiments_tiny-qwen3/
 
 Every finished run is appended as one JSON line to `<out-dir>/runs.jsonl` (the ledger); a run already in the
 ledger is never repeated, so an interrupted script resumes where it stopped, and runs shared by two parts
@@ -91,14 +92,15 @@ def run_recovery(job, teacher, tok, valid_ids, a):
     return dict(log=json.loads(log.to_json()), distill_s=time.time() - t0)
 
 def setup_of(a, test_ids, valid_ids):
-    s = dict(eval_split='test', eval_tokens=test_ids.numel(), selection_split='valid', calib_split='train', valid_tokens=valid_ids.numel(),
+    teacher = {} if a.teacher is None else dict(teacher=a.teacher)     # the default teacher's ledger predates this key
+    s = dict(**teacher, eval_split='test', eval_tokens=test_ids.numel(), selection_split='valid', calib_split='train', valid_tokens=valid_ids.numel(),
              mini=a.mini, budget=budget(a), recovery_tokens=a.recovery_tokens, seq_len=a.seq_len, batch_size=a.batch_size,
              torch=torch.__version__)
     return s, hashlib.sha1(json.dumps(s, sort_keys=True).encode()).hexdigest()[:12]
 
 def load(a):
     from taylor_calibrate.teacher import load_teacher, corpus_token_ids
-    teacher, tok = load_teacher()
+    teacher, tok = load_teacher(a.teacher)
     return teacher, tok, corpus_token_ids(tok, 'test', a.eval_tokens), corpus_token_ids(tok, 'valid', a.valid_tokens)
 
 def work(a):
@@ -209,7 +211,9 @@ if __name__ == '__main__':
     p.add_argument('--workers', type=int, default=1, help='processes sharing the run list (each gets threads // workers threads)')
     p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument('--summarise-only', action='store_true', help='run nothing: summarise the runs already in the ledger (e.g. after stopping early)')
-    p.add_argument('--out-dir', default=str(ROOT/'bench'/'results'/'experiments'))
+    p.add_argument('--teacher', default=None, help='a shipped teacher name (default: the default teacher, tiny-qwen2)')
+    p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/')
     a = p.parse_args()
+    if a.out_dir is None: a.out_dir = str(ROOT/'bench'/'results'/('experiments' if a.teacher in (None, 'tiny-qwen2') else f'experiments_{a.teacher}'))
     if a.mini: a.seeds, a.eval_tokens, a.valid_tokens, a.recovery_tokens, a.seq_len, a.batch_size, a.selection_tokens = 1, 2048, 1024, 1024, 256, 2, 1024
     main(a)
