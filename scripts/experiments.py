@@ -171,20 +171,26 @@ def _ratio(naive, calibrated, budget):
     return dict(ratio=naive[0] / calibrated[0], lower_bound=False, naive_tokens=naive[0], calibrated_tokens=calibrated[0],
                 naive_upper_bound=naive[1], calibrated_upper_bound=calibrated[1])
 
-def main(a):
-    torch.set_num_threads(a.threads); torch.set_flush_denormal(True)
+def run_workers(a, work, script):
+    """Run the unfinished runs: in this process (`a.worker` set, or one worker) or in `a.workers` processes of `script`
+    that share the run list through claim files (stale claims of an interrupted run are cleared first). True if this is a worker."""
     out_dir = Path(a.out_dir); out_dir.mkdir(parents=True, exist_ok=True)
-    if a.worker is not None: return work(a)
+    if a.worker is not None: work(a); return True
     claims = out_dir/'.claims'
     if claims.exists():
         for f in claims.iterdir(): f.unlink()
     if a.summarise_only: pass
     elif a.workers == 1: a.worker = 0; work(a)
     else:
-        args = sys.argv[1:]
-        procs = [subprocess.Popen([sys.executable, __file__, *args, '--worker', str(w), '--threads', str(max(1, a.threads // a.workers))])
+        procs = [subprocess.Popen([sys.executable, script, *sys.argv[1:], '--worker', str(w), '--threads', str(max(1, a.threads // a.workers))])
                  for w in range(a.workers)]
         if any(p.wait() for p in procs): raise SystemExit('a worker failed; finished runs are in the ledger, rerun to resume')
+    return False
+
+def main(a):
+    torch.set_num_threads(a.threads); torch.set_flush_denormal(True)
+    if run_workers(a, work, __file__): return
+    out_dir = Path(a.out_dir)
     from taylor_calibrate.teacher import perplexity
     teacher, tok, test_ids, valid_ids = load(a)
     setup, sid = setup_of(a, test_ids, valid_ids)

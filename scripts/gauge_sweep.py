@@ -17,7 +17,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/'scripts'))
-from experiments import read_ledger, append_ledger, claim, claim_name, job_key, _summ
+from experiments import read_ledger, append_ledger, claim, job_key, run_workers, _summ
 
 KS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
@@ -97,17 +97,8 @@ def summarise(ledger, setup, teacher_ppl):
 
 def main(a):
     torch.set_num_threads(a.threads); torch.set_flush_denormal(True)
-    out_dir = Path(a.out_dir); out_dir.mkdir(parents=True, exist_ok=True)
-    if a.worker is not None: return work(a)
-    claims = out_dir/'.claims'
-    if claims.exists():
-        for f in claims.iterdir(): f.unlink()
-    if a.summarise_only: pass
-    elif a.workers == 1: work(a)
-    else:   # processes sharing the run list through claim files, as in scripts/experiments.py
-        import subprocess
-        procs = [subprocess.Popen([sys.executable, __file__, *sys.argv[1:], '--worker', str(w)]) for w in range(a.workers)]
-        if any(p.wait() for p in procs): raise SystemExit('a worker failed; finished runs are in the ledger, rerun to resume')
+    if run_workers(a, work, __file__): return
+    out_dir = Path(a.out_dir)
     from taylor_calibrate.teacher import perplexity
     teacher, tok, test_ids = load(a)
     setup, sid = setup_of(a, test_ids)
@@ -123,7 +114,7 @@ if __name__ == '__main__':
     p.add_argument('--mini', action='store_true', help='tiny budgets: checks the code path, measures nothing')
     p.add_argument('--seeds', type=int, default=3)
     p.add_argument('--ks', type=float, nargs='+', default=list(KS))
-    p.add_argument('--threads', type=int, default=1, help='threads per worker')
+    p.add_argument('--threads', type=int, default=1, help='threads in all (split between the workers)')
     p.add_argument('--workers', type=int, default=1, help='processes sharing the run list')
     p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument('--summarise-only', action='store_true', help='run nothing: summarise the runs already in the ledger')

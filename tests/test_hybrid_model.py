@@ -6,7 +6,7 @@ import pytest, torch
 from transformers import AutoConfig, AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 import taylor_calibrate
 from taylor_calibrate.convert import gdn_modules, hybrid_classes, load_hybrid, save_hybrid, to_hybrid
-from conftest import ROOT
+from conftest import ROOT, with_dynamics
 
 torch.set_num_threads(1)
 SMALL = dict(vocab_size=96, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -20,15 +20,6 @@ def tiny_qwen3(seed=0, **kw):
         for n, p in m.named_parameters():
             if 'norm' in n: p.uniform_(0.5, 1.5)
     return m
-
-def with_dynamics(hybrid, seed=1):
-    "Set the GDN dynamics and gate away from their defaults, as calibration does (a loaded default would hide re-initialisation)."
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in gdn_modules(hybrid).values():
-            m.A_log.copy_(torch.empty_like(m.A_log).uniform_(-3, 0, generator=g)); m.dt_bias.copy_(torch.randn(m.dt_bias.shape, generator=g))
-            m.b_proj.weight.copy_(0.2 * torch.randn(m.b_proj.weight.shape, generator=g)); m.g_proj.weight.mul_(0.1)
-    return hybrid
 
 def ids(n=2, T=24, seed=0): return torch.randint(0, 96, (n, T), generator=torch.Generator().manual_seed(seed))
 

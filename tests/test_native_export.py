@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest, torch
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+from conftest import with_dynamics
 from taylor_calibrate.convert import check_export, export_blockers, export_hybrid, gdn_modules, save_hybrid, to_hybrid
 
 torch.set_num_threads(1)
@@ -21,14 +22,6 @@ def tiny(cls, cfg_cls, seed=0, **kw):
     return m
 
 def tiny_qwen3(**kw): return tiny(Qwen3ForCausalLM, Qwen3Config, head_dim=16, **kw)
-
-def randomise_dynamics(hybrid, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in gdn_modules(hybrid).values():
-            m.A_log.copy_(torch.empty_like(m.A_log).uniform_(-3, 0, generator=g)); m.dt_bias.copy_(torch.randn(m.dt_bias.shape, generator=g))
-            m.b_proj.weight.copy_(0.2 * torch.randn(m.b_proj.weight.shape, generator=g)); m.g_proj.weight.mul_(0.1)
-    return hybrid
 
 # Written out here rather than taken from check_export, so that the test does not rest on the code it checks.
 LOAD_IN_A_FRESH_INTERPRETER = '''
@@ -77,7 +70,7 @@ def test_calibrated_qwen3_export_matches_the_hybrid(tmp_path):
 
 def test_short_convolution_and_matching_eps_copy_weights_untouched(tmp_path):
     "With norm_eps = the teacher's rms_norm_eps no rescaling is needed: embedding and projections are stored bit for bit."
-    hybrid = randomise_dynamics(to_hybrid(tiny_qwen3(), [1], use_short_conv=True, norm_eps=1e-6))
+    hybrid = with_dynamics(to_hybrid(tiny_qwen3(), [1], use_short_conv=True, norm_eps=1e-6))
     with torch.no_grad():
         for m in gdn_modules(hybrid).values():
             for c in (m.q_conv1d, m.k_conv1d, m.v_conv1d): c.weight.add_(0.1 * torch.randn_like(c.weight))
@@ -93,7 +86,7 @@ def test_short_convolution_and_matching_eps_copy_weights_untouched(tmp_path):
 def test_qwen3_moe_exports_to_qwen3_5_moe(tmp_path):
     teacher = tiny(Qwen3MoeForCausalLM, Qwen3MoeConfig, head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                    norm_topk_prob=True)
-    hybrid = randomise_dynamics(to_hybrid(teacher, [0, 3]))
+    hybrid = with_dynamics(to_hybrid(teacher, [0, 3]))
     assert export_blockers(hybrid) == ["mixture-of-experts MLP (layout 'qwen3_5_moe')"]
     assert export_blockers(hybrid, 'qwen3_5_moe') == []
     export_hybrid(hybrid, tmp_path/'native', layout='qwen3_5_moe')
@@ -117,7 +110,7 @@ def test_teachers_the_layout_cannot_represent_are_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match='not a hybrid'): export_blockers(tiny_qwen3())
 
 def test_cli_export_with_check(tmp_path):
-    hybrid = randomise_dynamics(to_hybrid(tiny_qwen3(), [0]))
+    hybrid = with_dynamics(to_hybrid(tiny_qwen3(), [0]))
     save_hybrid(hybrid, tmp_path/'run'/'model')
     r = subprocess.run([EXE, 'export', tmp_path/'run', '--out', tmp_path/'native', '--check'], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
