@@ -86,7 +86,7 @@ class Recipe:
     patience: int = 0                   # evaluations without held-out improvement before stopping (0 = never)
 
 _PAPER = dict(phase1=True, phase2=True)
-_OURS = dict(exact_decay=True, exact_beta=True, acting_scale=False, minibatch=True, calib_tokens=16384,
+_OURS = dict(exact_decay=True, exact_beta=True, acting_scale=False, gauge_fix=True, minibatch=True, calib_tokens=16384,
              heldout_tokens=2048, batch_windows=4, patience=8)
 RECIPES = {
     'naive': Recipe('naive'),

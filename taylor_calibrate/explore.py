@@ -241,7 +241,7 @@ def fig_beta_entropy(stats: AttentionStats, layer: int, head: int | None = None,
                              height=420, width=520, legend=dict(orientation='h', y=-0.25, yanchor='top'), margin=dict(t=60))
 
 # %% ../nbs/07_explore.ipynb #a0f09f52
-MAPPINGS = {'taylor': "paper's mapping", 'taylor+': 'ours (exact decay and beta, acting scale)'}
+MAPPINGS = {'taylor': "paper's mapping", 'taylor+': 'ours (exact decay and beta)'}
 
 @dataclass(frozen=True)
 class ExploreSettings:
