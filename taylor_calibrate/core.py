@@ -22,7 +22,7 @@ from .taylor import (dt_bias_from_distance, concentration_minmax, concentration_
 from .gdn import GatedDeltaNet
 from .teacher import corpus_token_ids, SPLITS
 from .stats import attention_stats
-from .convert import to_hybrid, select_layers, gdn_modules, check_teacher, decoder_layers, attention_geometry
+from .convert import to_hybrid, select_layers, gdn_modules, check_teacher, decoder_layers, attention_geometry, repeat_kv_heads
 
 # %% ../nbs/05_calibrate.ipynb #299ed0f0
 EVAL_SPLIT = 'test'
@@ -254,10 +254,6 @@ def rescale_value_output(teacher, k):
         if v.bias is not None: v.bias.copy_((v.bias.double().view(Hkv, -1) / kl[:, None]).view_as(v.bias))
         o.weight.copy_((o.weight.double().view(o.weight.shape[0], Hkv, -1) * kl[None, :, None]).view_as(o.weight))
     return out
-
-def _query_head_gauge(k_kv: torch.Tensor, num_heads: int) -> torch.Tensor:
-    "Per-KV-head factors [Hkv] repeated to the query heads that read each KV head [H]."
-    return k_kv.float().repeat_interleave(num_heads // len(k_kv))
 
 @torch.no_grad()
 def _gauge_gdn(gdn: GatedDeltaNet, k: torch.Tensor):
@@ -505,7 +501,7 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, device, progres
         dtype = gdn.q_proj.weight.dtype
         gdn.float()                                   # calibrate in float32 (a bf16 teacher gives bf16 layers); cast back below
         if gauge is not None:                         # the copy of the balanced teacher, and its context
-            k = _query_head_gauge(gauge[l], gdn.num_heads).to(device)
+            k = repeat_kv_heads(gauge[l].float(), len(gauge[l]), gdn.num_heads).to(device)   # per query head
             _gauge_gdn(gdn, k); ctx = ctx / k[:, None]
             lr.update(gauge_k=float(gauge[l].float().log().mean().exp()))
         if recipe.zero_gate:
