@@ -3,6 +3,7 @@
     python scripts/build_docs.py readme            # write README.md from nbs/index.ipynb
     python scripts/build_docs.py readme --check    # exit 1 if README.md is out of date
     python scripts/build_docs.py html              # execute every notebook, render _docs/*.html
+    python scripts/build_docs.py outputs           # execute every notebook, keep its text outputs in nbs/*.ipynb
     python scripts/build_docs.py screenshot _docs/07_explore.html shot.png --from The-static-twin
 
 The HTML build executes each notebook with nbclient, skipping cells that carry one of the
@@ -11,7 +12,10 @@ and turns plotly outputs into `Plotly.newPlot` calls against ONE local copy of p
 (`_docs/plotly.min.js`), so figures stay interactive with no kernel and no network. Maths
 (`$...$`, `$$...$$`) is rendered at build time to MathML (latex2mathml), which browsers draw
 natively: no MathJax, no CDN.
-Machines with Quarto can still use `nbdev_docs` (nbs/_quarto.yml is kept valid).
+Pages read like documentation: no In/Out prompts, a left sidebar with the reading order and a
+table of contents per page, both taken from the root `_quarto.yml` (the one place the site's title
+and navigation are written; Quarto renders the same file on machines that have it). A code cell
+marked `#| fold` is drawn folded under a "Code" summary; exported cells that only import carry `#| hide`.
 """
 import argparse, configparser, copy, hashlib, html, json, os, re, shutil, sys, time
 from pathlib import Path
@@ -21,6 +25,21 @@ ROOT = Path(__file__).resolve().parents[1]
 _DIRECTIVE = re.compile(r'^\s*#\s*\|\s*(.*)$')
 PLOTLY_MIME = 'application/vnd.plotly.v1+json'
 _QUARTO_ATTRS = re.compile(r'\{(?:target|style|\.)[^}\n]*\}')  # Quarto link attributes in show_doc output
+
+def site_config(path=ROOT/'_quarto.yml'):
+    """The site's title and navigation from a Quarto project file: `(title, sections)`, where `sections` is a list of
+    `(section title or None, [notebook paths])` in reading order, paths resolved against the file's folder."""
+    import yaml
+    path = Path(path)
+    cfg = yaml.safe_load(path.read_text(encoding='utf-8'))
+    site = cfg.get('website', {})
+    sections, loose = [], []
+    for entry in site.get('sidebar', {}).get('contents', []):
+        if isinstance(entry, str): loose.append(path.parent/entry); continue
+        if loose: sections.append((None, loose)); loose = []
+        sections.append((entry['section'], [path.parent/e for e in entry.get('contents', [])]))
+    if loose: sections.append((None, loose))
+    return site.get('title', path.parent.name), sections
 
 def tst_flags(root=ROOT):
     "The nbdev test flags (cells carrying one are skipped), from settings.ini."
@@ -49,18 +68,26 @@ def is_echo_false(cell):
     "Cells marked `#| echo: false` show their output but not their source."
     return cell.cell_type == 'code' and any(d[:2] == ['echo', 'false'] for d in directives(cell))
 
+def is_folded(cell):
+    """Cells marked `#| fold` are drawn with their source folded (an nbdev-style directive: nbdev_export drops it, where
+    Quarto's `#| code-fold: true` would be copied into the module)."""
+    return cell.cell_type == 'code' and any(d[:1] == ['fold'] or d[:2] == ['code-fold', 'true'] for d in directives(cell))
+
 def is_flagged(cell, flags):
     return cell.cell_type == 'code' and any(d[:1] and d[0] in flags for d in directives(cell))
 
 def readme_text(nb_path=ROOT/'nbs'/'index.ipynb'):
-    "README.md's text: the markdown of index.ipynb without hidden cells or directive lines."
+    """README.md's text: the markdown of index.ipynb without hidden cells or directive lines; links to notebooks and
+    images are rewritten to their place in the repository (`nbs/...`), so they work where README.md is shown."""
     nb = nbformat.read(nb_path, as_version=4)
     parts = []
     for c in nb.cells:
         if c.cell_type == 'markdown': parts.append(c.source.strip())
         elif c.cell_type == 'code' and not is_hidden(c) and not is_echo_false(c) and strip_directives(c.source).strip():
             parts.append('```python\n' + strip_directives(c.source).strip() + '\n```')
-    return '\n\n'.join(parts) + '\n'
+    return _NB_TARGET.sub(r'](nbs/\1', '\n\n'.join(parts)) + '\n'
+
+_NB_TARGET = re.compile(r'\]\(((?:images/[^)\s]+)|(?:[\w-]+\.ipynb))')
 
 _CODE = re.compile(r'(```.*?```|`[^`\n]*`)', re.S)                  # code spans and fences keep their dollars
 _MATH = re.compile(r'\$\$(.+?)\$\$|(?<![\\$])\$(?!\s)([^$\n]+?)(?<!\s)\$(?!\d)', re.S)
@@ -103,21 +130,60 @@ def _plotly_to_html(nb):
             if PLOTLY_MIME in data:
                 o['data'] = {'text/html': plotly_div(data[PLOTLY_MIME], n)}; n += 1
 
+_SHOW_DOC = re.compile(r'^(show_doc\(.*\))\s*$')
+
+def _display_each_show_doc(src):
+    "A cell of several `show_doc(...)` lines shows each one (as nbdev's docs do), not only the last."
+    lines = strip_directives(src).splitlines()
+    if len(lines) < 2 or not all(_SHOW_DOC.match(l) for l in lines): return src
+    return '\n'.join(f'display({l.strip()})' for l in lines)
+
 def execute(nb, cwd, flags, timeout=1200):
     "Execute a notebook in `cwd`, skipping flagged cells; returns the executed copy."
     from nbclient import NotebookClient
     run = copy.deepcopy(nb)
     for c in run.cells:
         if is_flagged(c, flags): c.source = 'pass  # skipped: ' + ' '.join(sum(directives(c), []))
+        elif c.cell_type == 'code': c.source = _display_each_show_doc(c.source)
     env_before = os.environ.get('PLOTLY_RENDERER')
     os.environ['PLOTLY_RENDERER'] = 'plotly_mimetype'
-    try: NotebookClient(run, timeout=timeout, kernel_name='python3',
-                        resources={'metadata': {'path': str(cwd)}}).execute()
+    client = NotebookClient(run, timeout=timeout, kernel_name='python3', resources={'metadata': {'path': str(cwd)}})
+    # No imitation of the frontend's Output widget: nbclient routes a cell's own messages to an Output widget while it
+    # is entered, and when that routing outlives the `with` block the cell's final status is swallowed and the run
+    # waits for the cell timeout (seen with the explorer). Widget outputs are not rendered on the static site anyway.
+    client.comm_open_handlers = {}
+    try: client.execute()
     finally:
         if env_before is None: os.environ.pop('PLOTLY_RENDERER', None)
         else: os.environ['PLOTLY_RENDERER'] = env_before
     for c, orig in zip(run.cells, nb.cells): c.source = orig.source
     return run
+
+TEXT_MIMES = ('text/plain', 'text/markdown', 'text/html')
+_FIGURE_MIMES = (PLOTLY_MIME, 'application/vnd.jupyter.widget-view+json', 'image/png', 'image/svg+xml', 'image/jpeg')
+
+def text_outputs(outputs):
+    """The outputs worth committing: stdout text, results and displays in text form (tables, show_doc, printed numbers).
+    Figures, widgets and images are drawn at build time only; stderr (warnings, progress bars) is dropped."""
+    keep = []
+    for o in outputs:
+        if o.output_type == 'stream':
+            if o.name == 'stdout': keep.append(o)
+        elif o.output_type in ('execute_result', 'display_data'):
+            if any(m in o.data for m in _FIGURE_MIMES): continue
+            data = {m: v for m, v in o.data.items() if m in TEXT_MIMES}
+            if data: keep.append(nbformat.from_dict({**o, 'data': data, 'metadata': {}}))
+    return keep
+
+def save_text_outputs(nb_path, flags=None):
+    "Execute one notebook (flagged cells skipped) and write its text outputs back into it; sources are left as they were."
+    nb_path = Path(nb_path)
+    nb = nbformat.read(nb_path, as_version=4)
+    run = execute(nb, nb_path.parent, tst_flags() if flags is None else flags)
+    for c, r in zip(nb.cells, run.cells):
+        if c.cell_type == 'code': c.outputs = [] if is_flagged(c, flags or tst_flags()) else text_outputs(r.outputs)
+    nb.metadata.pop('widgets', None)
+    nbformat.write(nb, nb_path)
 
 def page_name(nb_path): return Path(nb_path).stem + '.html'
 
@@ -135,25 +201,63 @@ def render(nb, title, nav, flags):
     for c in nb.cells:
         for o in c.get('outputs', []):
             md = o.get('data', {}).get('text/markdown')
-            if md: o['data']['text/markdown'] = _QUARTO_ATTRS.sub('', md if isinstance(md, str) else ''.join(md))
+            if md: o['data']['text/markdown'] = math_to_placeholders(_QUARTO_ATTRS.sub('', md if isinstance(md, str) else ''.join(md)), maths)
         if is_echo_false(c): c.metadata['tags'] = [*c.metadata.get('tags', []), 'remove_input']   # before the directives go
+        if is_folded(c): c.metadata['tags'] = [*c.metadata.get('tags', []), 'tc-fold']
         if c.cell_type == 'code': c.source = strip_directives(c.source)
         if c.cell_type == 'markdown':
             c.source = math_to_placeholders(re.sub(r'\(([\w./-]+)\.ipynb(#[\w-]*)?\)', r'(\1.html\2)', c.source), maths)
     _plotly_to_html(nb)
     from traitlets.config import Config
     cfg = Config(); cfg.TagRemovePreprocessor.remove_input_tags = {'remove_input'}; cfg.TagRemovePreprocessor.enabled = True
-    body, _ = HTMLExporter(template_name='lab', config=cfg).from_notebook_node(nb, resources={'metadata': {'name': title}})
+    body, _ = HTMLExporter(template_name='lab', config=cfg, exclude_input_prompt=True, exclude_output_prompt=True
+                           ).from_notebook_node(nb, resources={'metadata': {'name': title}})
     body = _MATHJAX.sub('', body)                                    # maths is MathML already: no MathJax from a CDN
     body = fill_maths(body, maths)
     body = _REMOTE_SCRIPT.sub('', body)                              # require.js from a CDN: nothing here needs it
-    head = '<script src="plotly.min.js"></script>\n'
+    head = f'<script src="plotly.min.js"></script>\n<style>{SITE_CSS}</style>\n'
     body = body.replace('<head>', '<head>\n' + head, 1)
-    return re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav, body, count=1)
+    body = body.replace('</body>', f'<script>{FOLD_JS}</script>\n</body>', 1)
+    return re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav + '\n' + toc_html(body), body, count=1)
 
-def nav_html(pages, current):
-    links = ' | '.join(f'<b>{html.escape(t)}</b>' if p == current else f'<a href="{p}">{html.escape(t)}</a>' for p, t in pages)
-    return f'<nav class="tc-nav" style="padding:8px 16px;border-bottom:1px solid #ddd;font-family:sans-serif;font-size:14px">{links}</nav>'
+SITE_CSS = """
+body.jp-Notebook { margin: 0 250px 0 290px; padding: 20px 28px 60px; max-width: 1000px; }
+.tc-nav { position: fixed; top: 0; left: 0; bottom: 0; width: 270px; overflow-y: auto; padding: 16px 14px;
+          background: #f7f7f9; border-right: 1px solid #ddd; font: 14px/1.45 system-ui, sans-serif; }
+.tc-nav .tc-site { display: block; font-size: 17px; font-weight: 600; margin-bottom: 12px; color: #222; text-decoration: none; }
+.tc-nav .tc-section { margin: 14px 0 4px; color: #666; font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.tc-nav a, .tc-toc a { color: #2a5db0; text-decoration: none; }
+.tc-nav li, .tc-toc li { list-style: none; margin: 3px 0; }
+.tc-nav ul, .tc-toc ul { padding-left: 0; margin: 0; }
+.tc-nav .tc-current { font-weight: 600; color: #111; }
+.tc-toc { position: fixed; top: 0; right: 0; width: 230px; max-height: 100vh; overflow-y: auto; padding: 16px 12px;
+          border-left: 1px solid #eee; font: 13px/1.4 system-ui, sans-serif; }
+.tc-toc .tc-toc-title { font-weight: 600; margin-bottom: 6px; }
+.tc-toc li.tc-h3 { padding-left: 12px; }
+details.tc-fold > summary { cursor: pointer; color: #555; font: 13px system-ui, sans-serif; padding: 2px 0; }
+@media (max-width: 1250px) { .tc-toc { display: none; } body.jp-Notebook { margin-right: 0; } }
+@media (max-width: 800px) { .tc-nav { position: static; width: auto; border: 0; } body.jp-Notebook { margin-left: 0; } }
+"""
+
+FOLD_JS = """document.querySelectorAll('.celltag_tc-fold .jp-Cell-inputWrapper').forEach(function (w) {
+  var d = document.createElement('details'), s = document.createElement('summary');
+  d.className = 'tc-fold'; s.textContent = 'Code'; d.appendChild(s); w.parentNode.insertBefore(d, w); d.appendChild(w); });"""
+
+def nav_html(site_title, sections, current):
+    "The left sidebar: the site's title, then each section's pages in reading order, the current one marked."
+    out = [f'<nav class="tc-nav"><a class="tc-site" href="index.html">{html.escape(site_title)}</a>']
+    for name, pages in sections:
+        if name: out.append(f'<div class="tc-section">{html.escape(name)}</div>')
+        out.append('<ul>' + ''.join(f'<li class="tc-current">{html.escape(t)}</li>' if p == current else
+                                    f'<li><a href="{p}">{html.escape(t)}</a></li>' for p, t in pages) + '</ul>')
+    return '\n'.join(out) + '</nav>'
+
+_HEADING = re.compile(r'<h([23]) id="([^"]+)">(.*?)<a class="anchor-link"', re.S)
+
+def toc_html(body):
+    "The page's table of contents: a link to every second- and third-level heading."
+    items = [f'<li class="tc-h{lvl}"><a href="#{hid}">{text}</a></li>' for lvl, hid, text in _HEADING.findall(body)]
+    return f'<nav class="tc-toc"><div class="tc-toc-title">On this page</div><ul>{"".join(items)}</ul></nav>' if items else ''
 
 def notebook_title(nb, fallback):
     for c in nb.cells:
@@ -162,24 +266,45 @@ def notebook_title(nb, fallback):
             if m: return m.group(1).strip()
     return fallback
 
-def build_html(nbs=ROOT/'nbs', out=ROOT/'_docs', only=None, execute_nbs=True, flags=None):
-    "Execute and render every notebook of `nbs` (or those named in `only`) into `out`; returns the pages."
+def site_pages(nbs, config=None):
+    """`(site title, sections)` for the notebooks of `nbs`: from `config` (a Quarto project file) when given, every
+    notebook of `nbs` once and nothing else; otherwise one untitled section of all notebooks, index first."""
+    nbs = Path(nbs)
+    found = sorted(p for p in nbs.glob('*.ipynb') if not p.name.startswith(('_', '.')))
+    if config is None:
+        found.sort(key=lambda p: (p.name != 'index.ipynb', p.name))
+        return nbs.parent.name, [(None, found)]
+    title, sections = site_config(config)
+    listed = [p.resolve() for _, ps in sections for p in ps]
+    missing = sorted({p.name for p in found} - {p.name for p in listed})
+    absent = [p.name for p in listed if not p.exists()]
+    if missing or absent or len(listed) != len(set(listed)):
+        raise ValueError(f'{config}: its sidebar must list every notebook of {nbs} once; not listed: {missing}, '
+                         f'listed but missing: {absent}')
+    return title, sections
+
+def build_html(nbs=ROOT/'nbs', out=ROOT/'_docs', only=None, execute_nbs=True, flags=None, config=None):
+    """Execute and render every notebook of `nbs` (or those named in `only`) into `out`; returns the pages.
+    The navigation comes from `config` (default: the root `_quarto.yml` when `nbs` is the package's own notebooks)."""
     import plotly
     flags = tst_flags() if flags is None else flags
     nbs, out = Path(nbs), Path(out)
-    paths = sorted(p for p in nbs.glob('*.ipynb') if not p.name.startswith(('_', '.')))
-    paths.sort(key=lambda p: (p.name != 'index.ipynb', p.name))
+    if config is None and nbs.resolve() == (ROOT/'nbs').resolve(): config = ROOT/'_quarto.yml'
+    site_title, sections = site_pages(nbs, config)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(Path(plotly.__file__).parent/'package_data'/'plotly.min.js', out/'plotly.min.js')
-    nbs_read = [(p, nbformat.read(p, as_version=4)) for p in paths]
-    pages = [(page_name(p), notebook_title(nb, p.stem)) for p, nb in nbs_read]          # every page in the navigation
-    for (p, nb), (page, title) in zip(nbs_read, pages):
+    if (nbs/'images').is_dir(): shutil.copytree(nbs/'images', out/'images', dirs_exist_ok=True)
+    read = {p: nbformat.read(p, as_version=4) for _, ps in sections for p in ps}
+    nav = [(name, [(page_name(p), 'Overview' if p.stem == 'index' else notebook_title(read[p], p.stem)) for p in ps]) for name, ps in sections]
+    done = []
+    for p, nb in read.items():
         if only and p.name not in only and p.stem not in only: continue
-        t0 = time.time()
+        t0, page = time.time(), page_name(p)
         if execute_nbs: nb = execute(nb, p.parent, flags)
-        (out/page).write_text(render(nb, title, nav_html(pages, page), flags), encoding='utf-8')
+        (out/page).write_text(render(nb, notebook_title(nb, p.stem), nav_html(site_title, nav, page), flags), encoding='utf-8')
         print(f'{p.name} -> {out/page} ({time.time()-t0:.1f}s)', flush=True)
-    return [out/page_name(p) for p, _ in nbs_read if not only or p.name in only or p.stem in only]
+        done.append(out/page)
+    return done
 
 CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
 CHROMIUM_FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
@@ -211,6 +336,7 @@ if __name__ == '__main__':
     r = sub.add_parser('readme'); r.add_argument('--check', action='store_true')
     h = sub.add_parser('html'); h.add_argument('notebooks', nargs='*'); h.add_argument('--out', default=str(ROOT/'_docs'))
     h.add_argument('--no-execute', action='store_true')
+    o = sub.add_parser('outputs'); o.add_argument('notebooks', nargs='*')
     sh = sub.add_parser('screenshot'); sh.add_argument('page'); sh.add_argument('png'); sh.add_argument('--from', dest='anchor')
     sh.add_argument('--height', type=int, default=2000)
     a = ap.parse_args()
@@ -222,4 +348,11 @@ if __name__ == '__main__':
             sys.exit(0 if ok else 1)
         fn.write_text(txt, encoding='utf-8'); print(f'wrote {fn}')
     elif a.cmd == 'screenshot': screenshot(a.page, a.png, a.anchor, height=a.height)
+    elif a.cmd == 'outputs':
+        import subprocess
+        for p in sorted((ROOT/'nbs').glob('*.ipynb')):
+            if a.notebooks and p.name not in a.notebooks and p.stem not in a.notebooks: continue
+            t0 = time.time(); save_text_outputs(p)
+            subprocess.run(['nbdev_clean', '--fname', str(p)], cwd=ROOT, check=True)
+            print(f'{p.name}: text outputs saved ({time.time() - t0:.0f}s)', flush=True)
     else: build_html(out=a.out, only=a.notebooks or None, execute_nbs=not a.no_execute)

@@ -29,16 +29,22 @@ def job(k, init, seed, keep='uniform:0.25', gauge_fix=False):
     return dict(kind='gauge', k=k, init=init, seed=seed, keep=keep, gauge_fix=gauge_fix)
 
 def jobs(seeds, ks=KS):
-    "Seed 0 of everything (cheap inits first, then both taylor+ variants at k=1, then the expensive inits in `ORDER` of k), then the other seeds."
-    def one(s):
-        cheap = [job(k, i, s) for i in INITS[:3] for k in ks]
-        plus = [job(1.0, 'taylor+', s, gauge_fix=g) for g in (False, True)]
-        rest = [job(k, i, s, gauge_fix=g) for k in sorted(ks, key=ORDER.index) for i, g in
+    """Seed 0 of everything (cheap inits first, then both taylor+ variants at k=1, then the expensive inits in `ORDER` of k),
+    then the other seeds cell by cell, the cells the reading rests on first (naive, taylor, taylor+ at every k)."""
+    def seed0():
+        cheap = [job(k, i, 0) for i in INITS[:3] for k in ks]
+        plus = [job(1.0, 'taylor+', 0, gauge_fix=g) for g in (False, True)]
+        rest = [job(k, i, 0, gauge_fix=g) for k in sorted(ks, key=ORDER.index) for i, g in
                 [('taylor', False), ('taylor+', False), ('taylor+', True), ('phase2', False)]]
-        ret = [job(RETENTION_K, i, s, keep=f'uniform:{f}', gauge_fix=g) for f in RETENTION
-               for i, g in [('naive', False), ('taylor', False), ('taylor+', False), ('taylor+', True)]]
-        return cheap + plus + rest + ret
-    todo = [j for s in range(seeds) for j in one(s)]
+        return cheap + plus + rest + retention([0])
+    def retention(ss):
+        return [job(RETENTION_K, i, s, keep=f'uniform:{f}', gauge_fix=g) for s in ss for f in RETENTION
+                for i, g in [('naive', False), ('taylor', False), ('taylor+', False), ('taylor+', True)]]
+    cells = [('naive', False), ('taylor', False), ('taylor+', True), ('zero_gate', False), ('phase1', False),
+             ('taylor+', False), ('phase2', False)]
+    others = list(range(1, seeds))
+    later = [job(k, i, s, gauge_fix=g) for i, g in cells for k in sorted(ks, key=ORDER.index) for s in others] + retention(others)
+    todo = seed0() + later
     return list({job_key(j): j for j in todo}.values())
 
 def budget(a): return dict(steps=3, calib_tokens=1024, heldout_tokens=512) if a.mini else {}

@@ -11,6 +11,7 @@ import argparse, json, os, shutil, sys, tempfile, time
 from pathlib import Path
 from . import __version__
 from .convert import EXPORT_LAYOUTS
+from .distill import SCHEDULES
 
 # %% ../nbs/80_cli.ipynb #8b1b1bd5
 class _Parser(argparse.ArgumentParser):
@@ -26,6 +27,13 @@ def parse_dtype(name: str):
     import torch
     if name not in DTYPES: raise ValueError(f'--dtype {name!r}: accepted: {", ".join(DTYPES)}')
     return 'auto' if name == 'auto' else getattr(torch, name)
+
+def _positive_int(s: str) -> int:
+    "An argparse type: an integer of at least 1."
+    try: v = int(s)
+    except ValueError: v = 0
+    if v < 1: raise argparse.ArgumentTypeError(f'must be a positive integer, got {s!r}')
+    return v
 
 def _add_dtype(p, default: str, what: str = 'the teacher'):
     p.add_argument('--dtype', default=default, choices=DTYPES, help=f'dtype to load {what} in; auto: as stored (default: %(default)s)')
@@ -80,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument('--tokens', type=int, required=True, help='distillation budget in tokens')
     t.add_argument('--eval-tokens', type=int, default=65536)
     t.add_argument('--seq-len', type=int, default=512)
-    t.add_argument('--batch-size', type=int, default=8)
+    t.add_argument('--batch-size', type=int, default=8, help='windows per process per micro-batch (default: %(default)s)')
+    t.add_argument('--grad-accum', type=_positive_int, default=1, help='micro-batches per optimizer step: a step holds batch size x '
+                   'processes x grad-accum x seq-len tokens (default: %(default)s)')
+    t.add_argument('--schedule', default='constant', choices=SCHEDULES, help='learning-rate schedule (default: %(default)s)')
+    t.add_argument('--warmup-tokens', type=int, default=0, help='linear warm-up from 0 over this many tokens; '
+                   'not with --schedule constant (default: %(default)s)')
     t.add_argument('--lr-mixer', type=float, default=1e-4)
     t.add_argument('--lr-rest', type=float, default=7e-6)
     t.add_argument('--ce-weight', type=float, default=0.0)
@@ -212,6 +225,10 @@ def run_convert(args) -> int:
 
 def run_distill(args) -> int:
     "`taylor-calibrate distill`: distil a saved hybrid from its teacher, save it with its recovery log."
+    if os.environ.get('ACCELERATE_USE_FSDP', 'false').lower() == 'true':
+        raise ValueError('distill writes a whole model, which an FSDP-sharded student is not: under FSDP call distill from Python '
+                         'with a checkpoint_dir and merge the checkpoint with `accelerate merge-weights` (06_distill)')
+    from accelerate import PartialState
     from taylor_calibrate.teacher import load_teacher
     from taylor_calibrate.convert import load_hybrid, save_hybrid
     from taylor_calibrate.core import token_windows
@@ -221,9 +238,10 @@ def run_distill(args) -> int:
     data = token_windows(load_data_spec(args.data), tok, args.seq_len, max_tokens=args.tokens)
     held = token_windows(load_data_spec(args.eval_data), tok, args.seq_len, max_tokens=args.eval_tokens) if args.eval_data != 'train' else None
     if held is None: raise ValueError('--eval-data must not be the training split')
-    log = distill(student, teacher, data, tokens=args.tokens, seq_len=args.seq_len, batch_size=args.batch_size, lr_mixer=args.lr_mixer,
-                  lr_rest=args.lr_rest, ce_weight=args.ce_weight, eval_data=held, eval_tokens=args.eval_tokens,
-                  checkpoint_dir=args.checkpoint_dir, seed=args.seed)
+    log = distill(student, teacher, data, tokens=args.tokens, seq_len=args.seq_len, batch_size=args.batch_size, grad_accum=args.grad_accum,
+                  lr_mixer=args.lr_mixer, lr_rest=args.lr_rest, schedule=args.schedule, warmup_tokens=args.warmup_tokens,
+                  ce_weight=args.ce_weight, eval_data=held, eval_tokens=args.eval_tokens, checkpoint_dir=args.checkpoint_dir, seed=args.seed)
+    if not PartialState().is_main_process: return 0   # under accelerate launch, one process writes
     def write(tmp):
         save_hybrid(student, tmp/'model', tok)
         (tmp/'distill_log.json').write_text(log.to_json())

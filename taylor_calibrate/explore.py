@@ -330,7 +330,7 @@ class Explorer(widgets.VBox):
         self.head = widgets.Dropdown(options=[(f'head {h}', h) for h in range(data.num_heads)], value=0, description='head', layout=lay, style=sty)
         self.multiplier = widgets.FloatSlider(value=1.0, min=0.1, max=4.0, step=0.01, description='half-life × d_h', layout=lay, style=sty)
         self.beta_lo = widgets.FloatSlider(value=0.3, min=0.01, max=0.6, step=0.01, description='β lo', layout=lay, style=sty)
-        self.beta_span = widgets.FloatSlider(value=0.4, min=0.0, max=0.39, step=0.01, description='β span', layout=lay, style=sty)
+        self.beta_span = widgets.FloatSlider(value=0.4, min=0.0, max=0.7, step=0.01, description='β span', layout=lay, style=sty)  # max: 1 - β lo
         self.tokens = widgets.SelectionSlider(options=data.calib_lengths, value=data.calib_lengths[-1], description='calibration tokens',
                                               layout=lay, style=sty)
         self.concentration = widgets.Dropdown(options=[('min-max over heads', 'minmax'), ('1 - H / log(t+1)', 'relative')],
@@ -376,6 +376,7 @@ class Explorer(widgets.VBox):
         self._show(self.beta_out, self.beta_figure)
 
     def _changed(self, change):
+        if change['owner'] is self.beta_lo: self.beta_span.max = round(1 - self.beta_lo.value, 2)   # keeps β lo + β span <= 1
         if change['owner'] in (self.layer, self.head): self._draw_map()
         self._draw_view()
 

@@ -19,11 +19,14 @@ def test_demo_quick(tmp_path):
     assert (out/'model'/'config.json').exists() and (out/'report.html').stat().st_size > 10_000
     r = run('report', out)
     assert r.returncode == 0 and 'taylor+' in r.stdout
-    r = run('distill', '--student', out, '--tokens', '1024', '--seq-len', '256', '--batch-size', '2', '--eval-tokens', '512',
-            '--out', tmp_path/'distilled')
+    r = run('distill', '--student', out, '--tokens', '1024', '--seq-len', '128', '--batch-size', '1', '--eval-tokens', '512',
+            '--grad-accum', '2', '--schedule', 'cosine', '--warmup-tokens', '256', '--dtype', 'float32', '--out', tmp_path/'distilled')
     assert r.returncode == 0, r.stderr
     log = json.loads((tmp_path/'distilled'/'distill_log.json').read_text())
-    assert log['tokens_seen'][-1] >= 1024 and len(log['eval_ppl']) >= 2
+    assert log['tokens_seen'] == [256, 512, 768, 1024] and len(log['eval_ppl']) >= 2
+    cfg = log['config']
+    assert (cfg['grad_accum'], cfg['tokens_per_step'], cfg['schedule'], cfg['warmup_steps']) == (2, 256, 'cosine', 1)
+    assert log['lr'][0] == 0.0 and log['lr'][1] == 1e-4 and log['lr'][1] > log['lr'][2] > log['lr'][3] > 0   # warm-up, then cosine decay
 
 def test_convert_local_teacher_dir(tmp_path):
     from taylor_calibrate.teacher import load_teacher
@@ -60,3 +63,22 @@ def test_diagnose_naive_scale_on_the_shipped_teacher_and_a_rescaled_copy(tmp_pat
     assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith('a naive copy is over-scaled by'), r.stdout + r.stderr
     r = run('diagnose', '--keep', 'every-other')
     assert r.returncode == 1 and 'every-other' in r.stderr
+
+def test_distill_two_processes_under_accelerate_launch(tmp_path):
+    "accelerate launch, 2 CPU processes (gloo), 1 window x 2 micro-batches each: one output folder, a 2-process checkpoint, steps of 512 tokens."
+    import os
+    from taylor_calibrate.teacher import load_teacher
+    from taylor_calibrate.convert import to_hybrid, save_hybrid
+    teacher, tok = load_teacher()
+    save_hybrid(to_hybrid(teacher, [0, 4]), tmp_path/'hybrid', tok)
+    cmd = [str(Path(sys.executable).with_name('accelerate')), 'launch', '--multi_gpu', '--num_processes', '2', '--num_machines', '1',
+           '--mixed_precision', 'no', '--dynamo_backend', 'no', '--no_python', EXE, 'distill', '--student', tmp_path/'hybrid',
+           '--tokens', '1024', '--seq-len', '128', '--batch-size', '1', '--grad-accum', '2', '--eval-tokens', '256',
+           '--checkpoint-dir', tmp_path/'ck', '--out', tmp_path/'out']
+    r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, cwd=tmp_path,
+                       env=dict(os.environ, ACCELERATE_USE_CPU='true', OMP_NUM_THREADS='1'))
+    assert r.returncode == 0 and 'Traceback' not in r.stderr, r.stderr[-3000:]
+    assert r.stdout.count('wrote ') == 1   # the main process writes, once
+    log = json.loads((tmp_path/'out'/'distill_log.json').read_text())
+    assert log['tokens_seen'] == [512, 1024] and (log['config']['num_processes'], log['config']['grad_accum']) == (2, 2)
+    assert sorted(p.name for p in (tmp_path/'ck'/'ckpt').glob('random_states_*.pkl')) == ['random_states_0.pkl', 'random_states_1.pkl']

@@ -22,6 +22,11 @@ def site(tmp_path_factory):
         nbformat.v4.new_code_cell('import plotly.graph_objects as go\ngo.Figure(go.Scatter(x=[1, 2, 3], y=[3, 1, 2]))'),
         nbformat.v4.new_code_cell('go.Figure(go.Bar(x=["a", "b"], y=[1, 2]))'),
         nbformat.v4.new_code_cell('#| echo: false\nECHO_FALSE_SOURCE = 1\nprint("echo-false output")'),
+        nbformat.v4.new_code_cell('#| export\n#| fold\nFOLDED_SOURCE = 1'),
+        nbformat.v4.new_code_cell('from IPython.display import Markdown\nMarkdown("A docstring with $y_t$ in it")'),
+        nbformat.v4.new_code_cell('def show_doc(name): return Markdown(f"DOC-{name}")'),
+        nbformat.v4.new_code_cell('show_doc("first")\nshow_doc("second")'),
+        nbformat.v4.new_markdown_cell('## A section\n\nText.\n\n### A subsection'),
         nbformat.v4.new_markdown_cell('Inline $x^2$ and display $$\\sum_s v_s k_s^\\top$$ maths; `$not maths$` in code.')])
     nbformat.write(nb, nbs/'a_page.ipynb')
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell('# Other')]), nbs/'b_page.ipynb')
@@ -39,14 +44,63 @@ def test_pages_use_one_local_plotly(site):
     assert 'plotly.js v' not in html, 'plotly.js must not be inlined into the page'
     assert 'SECRET' not in html and '#| hide' not in html, 'hidden cells are dropped'
     assert 'ECHO_FALSE_SOURCE' not in html and 'echo-false output' in html, 'echo: false cells show their output only'
-    assert html.count('<math') == 2 and 'display="block"' in html and '$not maths$' in html, 'maths is MathML, code spans are left alone'
+    assert html.count('<math') == 3 and 'display="block"' in html and '$not maths$' in html, \
+        'maths is MathML (in markdown cells and in markdown outputs such as show_doc), code spans are left alone'
     assert 'href="b_page.html"' in html and 'href="a_page.html"' in (out/'b_page.html').read_text()
+    assert 'class="jp-InputPrompt' not in html and 'In&nbsp;[' not in html, 'no In/Out prompts'
+    assert 'DOC-first' in html and 'DOC-second' in html, 'a cell of several show_doc calls shows each'
+    assert 'celltag_tc-fold' in html and 'FOLDED_SOURCE' in html, 'a folded cell keeps its source, marked for folding'
+    toc = re.search(r'<nav class="tc-toc">.*?</nav>', html, re.S).group(0)
+    assert 'href="#A-section"' in toc and 'class="tc-h3"' in toc, 'the table of contents lists the page headings'
+
+def test_navigation_from_the_quarto_project(tmp_path):
+    (tmp_path/'nbs').mkdir()
+    for n in ('index', '00_a', '70_b'):
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f'# Page {n}')]), tmp_path/'nbs'/f'{n}.ipynb')
+    cfg = tmp_path/'_quarto.yml'
+    cfg.write_text('website:\n  title: "Site"\n  sidebar:\n    contents:\n      - nbs/index.ipynb\n'
+                   '      - section: "The method"\n        contents: [nbs/00_a.ipynb]\n'
+                   '      - section: "Appendix"\n        contents: [nbs/70_b.ipynb]\n')
+    title, sections = build_docs.site_pages(tmp_path/'nbs', cfg)
+    assert title == 'Site' and [(n, [p.name for p in ps]) for n, ps in sections] == \
+        [(None, ['index.ipynb']), ('The method', ['00_a.ipynb']), ('Appendix', ['70_b.ipynb'])]
+    out = tmp_path/'_docs'
+    build_docs.build_html(tmp_path/'nbs', out, execute_nbs=False, config=cfg)
+    nav = re.search(r'<nav class="tc-nav">.*?</nav>', (out/'00_a.html').read_text(), re.S).group(0)
+    assert nav.index('The method') < nav.index('Page 00_a') < nav.index('Appendix') < nav.index('href="70_b.html"')
+    assert 'class="tc-current">Page 00_a' in nav and 'href="index.html">Overview' in nav
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path/'nbs'/'71_c.ipynb')          # a notebook the sidebar forgot
+    with pytest.raises(ValueError, match='71_c.ipynb'): build_docs.site_pages(tmp_path/'nbs', cfg)
+
+def test_the_site_navigation_lists_every_notebook():
+    title, sections = build_docs.site_pages(ROOT/'nbs', ROOT/'_quarto.yml')
+    names = [n for n, _ in sections]
+    assert title == 'taylor-calibrate' and names.index('The method') < names.index('Appendix')
+    appendix = [p.name for n, ps in sections if n == 'Appendix' for p in ps]
+    assert appendix and all(int(a[:2]) >= 70 for a in appendix), 'the appendix comes after the pipeline'
+
+FIGURE_MIMES = ('application/vnd.plotly.v1+json', 'application/vnd.jupyter.widget-view+json', 'image/png')
+
+@pytest.mark.parametrize('nb_path', sorted((ROOT/'nbs').glob('*.ipynb')), ids=lambda p: p.name)
+def test_committed_notebooks_keep_text_outputs(nb_path):
+    "The committed notebooks read on a code host: text outputs kept (show_doc included), figures and widgets left to the build."
+    nb = nbformat.read(nb_path, as_version=4)
+    flags = build_docs.tst_flags()
+    code = [c for c in nb.cells if c.cell_type == 'code' and not build_docs.is_flagged(c, flags)]
+    for c in code:
+        for o in c.outputs:
+            assert not any(m in o.get('data', {}) for m in FIGURE_MIMES), f'{nb_path.name}: a figure or widget output is committed'
+    docs = [c for c in code if c.source.lstrip().startswith('show_doc(')]
+    assert all(c.outputs for c in docs), f'{nb_path.name}: show_doc cells without their output (python scripts/build_docs.py outputs)'
+    printed = [c for c in code if re.search(r'^print\(', c.source, re.M) and not build_docs.is_hidden(c)]
+    assert all(c.outputs for c in printed), f'{nb_path.name}: cells that print without their output (python scripts/build_docs.py outputs)'
 
 @pytest.mark.skipif(CHROMIUM is None, reason='Chromium is not installed (apt-get install chromium); .ci/run installs it')
 def test_figures_draw_offline_in_chromium(site, tmp_path):
     out, _ = site
     dom = offline_dom(out/'a_page.html', tmp_path)
     assert dom.count('class="main-svg"') >= 2, 'plotly did not draw both figures offline'
+    assert dom.count('<details class="tc-fold">') == 1, 'the folded cell is drawn folded'
 
 # ----- the real site: every notebook executed and rendered, then crawled offline -----
 HREF = re.compile(r'(?:href|src)="([^"]*)"')

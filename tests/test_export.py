@@ -31,7 +31,7 @@ def test_every_export_has_a_docstring():
     assert not missing, f'exported without a docstring: {missing}'
 
 def test_notebooks_are_clean(tmp_path):
-    "nbdev_clean must leave the committed notebooks unchanged (no stray metadata, execution counts or outputs)."
+    "nbdev_clean must leave the committed notebooks unchanged (no stray metadata or execution counts; their text outputs stay)."
     shutil.copy(ROOT/'settings.ini', tmp_path/'settings.ini')
     shutil.copytree(ROOT/'nbs', tmp_path/'nbs')
     exe = Path(sys.executable).with_name('nbdev_clean')
