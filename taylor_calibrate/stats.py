@@ -263,6 +263,9 @@ def attention_qkv(model, input_ids, layers=None, rope: bool = True) -> dict:
         hooks.append(ropes[0].register_forward_hook(lambda mod, args, out: rot.append(out)))
     def stop(mod, args, output): raise _StopForward
     hooks.append(attns[layers[-1]].register_forward_hook(stop))
+    # registered again on every call: a re-run notebook cell or a module reload must not leave the registry pointing
+    # at a copy of the recording function that fills another `_QKV_ACTIVE`
+    AttentionInterface.register(QKV_IMPL, _qkv_recording_forward); AttentionMaskInterface.register(QKV_IMPL, sdpa_mask)
     _QKV_ACTIVE.append(rec)
     try:
         with torch.no_grad(), attn_implementation(model, QKV_IMPL):
@@ -504,6 +507,9 @@ def streamed_attention(model, session: StreamedSession, stop_after: int | None =
             hooks.append(attns[l].register_forward_pre_hook(pre_hook(l), with_kwargs=True))
             hooks.append(attns[l].register_forward_hook(post_hook(l), with_kwargs=True))
         if stop_after is not None: hooks.append(attns[stop_after].register_forward_hook(stop))
+        # registered again on every use: a re-run notebook cell or a module reload must not leave the registry pointing
+        # at a copy of the attention function (and mask class) that reads another `_ACTIVE`
+        AttentionInterface.register(STREAMED_IMPL, streamed_attention_forward); AttentionMaskInterface.register(STREAMED_IMPL, _chunked_mask)
         with attn_implementation(model, STREAMED_IMPL):
             _ACTIVE.append(session)
             try: yield session
