@@ -3,7 +3,7 @@ import json, math, re, shutil, subprocess
 from pathlib import Path
 import plotly, pytest, torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
-from taylor_calibrate.explore import explore, explorer_figure, kernel_view, DOCS_MULTIPLIERS
+from taylor_calibrate.explore import explore, explorer_figure, kernel_view, DOCS_MULTIPLIERS, DOCS_BETAS
 
 CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
 
@@ -49,6 +49,11 @@ function click(el) { var b = el.getBoundingClientRect();
     out.title_after = gd.layout.title.text;
     out.memory = Array.from(gd.data[5].y);
     out.teacher_after = Array.from(gd.data[4].y);
+    var shown = () => gd.data.map((t, i) => [t.name, t.visible !== false && t.visible !== 'legendonly']);
+    out.shown_before = shown();
+    var b = gd._fullLayout.sliders[1].steps[0].args;   // what dragging the beta slider to its first step runs
+    await Plotly.restyle(gd, b[0], b[1]);
+    out.shown_after = shown();
   } catch (e) { out.error = String(e); }
   document.getElementById('result').textContent = JSON.stringify(out);
 })();
@@ -75,3 +80,8 @@ def test_static_twin_in_chromium(ex, tmp_path):
     assert f"{DOCS_MULTIPLIERS[0]:.2f} × d_h" in out['title_after']                          # the slider moved the half-life ...
     assert out['memory'] == pytest.approx(want['memory_profile'], rel=1e-3, abs=1e-6)
     assert out['teacher_after'] == out['teacher'] == pytest.approx(want['teacher_profile'], rel=1e-3, abs=1e-6)  # ... not the teacher
+    readable = lambda shown: [n for n, vis in shown if vis and n.startswith('readable')]
+    lo, span = DOCS_BETAS[0]
+    assert len(readable(out['shown_before'])) == 1 and len(readable(out['shown_after'])) == 1, out   # one beta setting drawn at a time
+    assert readable(out['shown_after']) != readable(out['shown_before'])                            # the beta slider switched it ...
+    assert f'{lo:.2f}' in readable(out['shown_after'])[0] and f'{span:.2f}' in readable(out['shown_after'])[0]   # ... to its first setting
