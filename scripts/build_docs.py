@@ -178,10 +178,10 @@ def text_outputs(outputs):
 def save_text_outputs(nb_path, flags=None):
     "Execute one notebook (flagged cells skipped) and write its text outputs back into it; sources are left as they were."
     nb_path = Path(nb_path)
-    nb = nbformat.read(nb_path, as_version=4)
-    run = execute(nb, nb_path.parent, tst_flags() if flags is None else flags)
+    nb, flags = nbformat.read(nb_path, as_version=4), tst_flags() if flags is None else flags
+    run = execute(nb, nb_path.parent, flags)
     for c, r in zip(nb.cells, run.cells):
-        if c.cell_type == 'code': c.outputs = [] if is_flagged(c, flags or tst_flags()) else text_outputs(r.outputs)
+        if c.cell_type == 'code': c.outputs = [] if is_flagged(c, flags) else text_outputs(r.outputs)
     nb.metadata.pop('widgets', None)
     nbformat.write(nb, nb_path)
 
