@@ -11,16 +11,26 @@
    at every evaluation the smallest and largest head mean attention distance and an induction probe.
    It answers: how many tokens does this size need before a head's mean distance drops below 3 tokens?
 
+4. full-size shapes: `bench/full_size.py`'s run on the GPU, bf16 teachers of the Qwen2.5-0.5B, Qwen3-0.6B and
+   Llama-3.2-1B shapes (random weights), `calibrate` with `taylor` and `taylor+` at the recipes' token budgets
+   and --full-size-steps Phase-2 steps: time per stage, peak CUDA memory above the teacher, save/load/generate.
+5. FSDP: recovery distillation of the shipped teacher's hybrid under `accelerate launch --config_file
+   bench/accelerate_fsdp.yaml` on every GPU there is: 8 steps straight, and 4 steps then a resume to 8 from
+   the sharded checkpoint; the two runs' train KL side by side (the resume is exact when they agree).
+
 Writes `device_check.json` (and the GPU teacher's folder) under --out. Nothing is asserted: it measures.
+`--parts` runs a subset (agreement, timing, teacher, full_size, fsdp).
 
 On the device machine (its image has torch, transformers and triton, not fla or plotly). Here, once:
     echo /.whl/ >> .git/info/exclude
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \\
-        flash-linear-attention==0.6.0 fla-core==0.6.0 plotly==7.1.0
-(plotly because `taylor_calibrate.teacher` imports it), then run with carry ['.whl'] and timeout_s 600:
+        flash-linear-attention==0.6.0 fla-core==0.6.0 plotly==7.1.0 accelerate==1.15.0
+(plotly because `taylor_calibrate.teacher` imports it, accelerate for part 5), then run with carry ['.whl'] and
+timeout_s 600:
     pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:. \\
         && PYTHONUNBUFFERED=1 python3 bench/device_check.py --out $OUT
-About 7 minutes with the default --teacher-seconds 240.
+About 7 minutes for parts 1-3 with the default --teacher-seconds 240; parts 4 and 5 are not yet run on a GPU
+(with one 10-minute call, run them in a second call: `--parts full_size fsdp`).
 Here, without a GPU: `python bench/device_check.py --quick --out /tmp/dc` runs every part on the CPU at toy
 sizes (both sides of each comparison then use our kernel), to check the script itself.
 """
@@ -33,6 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / 'scripts'), str(ROOT / 'bench')]
 from taylor_calibrate.gdn import GatedDeltaNet, chunk_gated_delta_rule_torch  # noqa: E402
 from taylor_calibrate.device import fla_kernels_available  # noqa: E402
+
+
+PARTS = ['agreement', 'timing', 'teacher', 'full_size', 'fsdp']
 
 
 def rel_err(a, b) -> float:
@@ -139,11 +152,71 @@ def teacher_tokens(dev, seconds, out, quick=False):
                 tokens_until_under_3=under3[0]['step'] * log['tokens_per_step'] if under3 else None)
 
 
+def full_size(dev, steps, quick=False):
+    "bench/full_size.py's measurement of each shape and init on `dev` (bf16 teachers), one process each."
+    import subprocess
+    shapes = ['Qwen2.5-0.5B'] if quick else ['Qwen2.5-0.5B', 'Qwen3-0.6B', 'Llama-3.2-1B']
+    rows = []
+    for name in shapes:
+        for init in ('taylor+', 'taylor'):
+            cmd = [sys.executable, str(ROOT / 'bench' / 'full_size.py'), '--one', name, '--init', init, '--device', dev,
+                   '--dtype', 'float32' if quick else 'bfloat16', '--steps', str(steps), '--threads', str(min(16, os.cpu_count()))]
+            if quick: cmd.append('--quick'); cmd += ['--calib-tokens', '1024']
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            got = [l for l in r.stdout.splitlines() if l.startswith('RESULT ')]
+            rows.append(json.loads(got[-1][7:]) if got else dict(shape=name, init=init, error=r.stderr[-2000:]))
+            print({k: rows[-1].get(k) for k in ('shape', 'init', 'timings', 'error')}, flush=True)
+    return rows
+
+
+FSDP_RUN = """
+import json, sys, torch
+from accelerate import PartialState
+from taylor_calibrate.teacher import load_teacher, corpus_token_ids
+from taylor_calibrate.convert import to_hybrid
+from taylor_calibrate.distill import distill
+steps, out, ckpt, seq = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+teacher, tok = load_teacher()
+student = to_hybrid(teacher, 'uniform:0.25')
+ids = corpus_token_ids(tok, 'train', max_tokens=64 * seq)
+log = distill(student, teacher, ids, tokens=steps * 4 * seq * PartialState().num_processes, seq_len=seq, batch_size=4,
+              checkpoint_dir=ckpt, checkpoint_every_tokens=4 * seq, progress=False)
+if PartialState().is_main_process: open(out, 'w').write(json.dumps(dict(train_kl=log.train_kl, distributed=str(PartialState().distributed_type))))
+"""
+
+
+def fsdp_resume(dev, quick=False):
+    "Distil 8 steps straight, and 4 then a resume to 8, under the FSDP config (GPUs) or one plain process (CPU)."
+    import subprocess
+    work = Path(tempfile.mkdtemp()); (work / 'run.py').write_text(FSDP_RUN)
+    n = torch.cuda.device_count() if dev == 'cuda' else 1
+    launch = [sys.executable, '-m', 'accelerate.commands.launch', '--num_processes', str(n)]
+    if dev == 'cuda': launch[3:3] = ['--config_file', str(ROOT / 'bench' / 'accelerate_fsdp.yaml')]
+    seq = 64 if quick else 512
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]))
+    def run(steps, name, ckpt):
+        t0 = time.time()
+        r = subprocess.run(launch + [str(work / 'run.py'), str(steps), str(work / name), str(work / ckpt), str(seq)],
+                           capture_output=True, text=True, env=env)
+        if r.returncode: return dict(error=r.stderr[-3000:])
+        return dict(json.loads((work / name).read_text()), seconds=round(time.time() - t0, 1))
+    straight = run(8, 'straight.json', 'ck_straight')
+    first = run(4, 'first.json', 'ck_resumed')
+    resumed = run(8, 'resumed.json', 'ck_resumed')
+    res = dict(processes=n, straight=straight, first_half=first, resumed=resumed)
+    if all('train_kl' in r for r in (straight, resumed)):
+        a, b = straight['train_kl'], resumed['train_kl']
+        res['max_abs_kl_diff'] = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) else None
+    return res
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--out', required=True)
     p.add_argument('--teacher-seconds', type=float, default=240)
     p.add_argument('--quick', action='store_true', help='toy sizes on whatever device there is (checks the script, not for numbers)')
+    p.add_argument('--parts', nargs='+', default=PARTS, choices=PARTS)
+    p.add_argument('--full-size-steps', type=int, default=60, help='Phase-2 steps a layer in part 4 (the recipes use 300)')
     a = p.parse_args()
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     dev = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -152,16 +225,24 @@ def main():
                          fla_kernels=fla_kernels_available(dev), argv=sys.argv[1:]))
     def save(): (out / 'device_check.json').write_text(json.dumps(res, indent=1))
     T = 130 if a.quick else 300
-    res['layer_agreement'] = [layer_agreement(dev, T, 64),
-                              layer_agreement(dev, T, 32, use_short_conv=True, qkv_bias=True, allow_neg_eigval=True),
-                              layer_agreement(dev, T, 64, qkv_activation='identity', use_gate=False)]
-    print(res['layer_agreement'], flush=True); save()
-    sizes = [(256, 32, torch.float32)] if a.quick else \
-        [(T, K, dt) for dt in (torch.float32, torch.bfloat16) for K in (64, 128) for T in (2048, 8192)]
-    res['kernel_timing'] = kernel_timing(dev, sizes, B=1 if a.quick else 4, H=2 if a.quick else 8); save()
-    res['teacher_tokens'] = teacher_tokens(dev, a.teacher_seconds, out, a.quick); save()
+    if 'agreement' in a.parts:
+        res['layer_agreement'] = [layer_agreement(dev, T, 64),
+                                  layer_agreement(dev, T, 32, use_short_conv=True, qkv_bias=True, allow_neg_eigval=True),
+                                  layer_agreement(dev, T, 64, qkv_activation='identity', use_gate=False)]
+        print(res['layer_agreement'], flush=True); save()
+    if 'timing' in a.parts:
+        sizes = [(256, 32, torch.float32)] if a.quick else \
+            [(T, K, dt) for dt in (torch.float32, torch.bfloat16) for K in (64, 128) for T in (2048, 8192)]
+        res['kernel_timing'] = kernel_timing(dev, sizes, B=1 if a.quick else 4, H=2 if a.quick else 8); save()
+    if 'teacher' in a.parts:
+        res['teacher_tokens'] = teacher_tokens(dev, a.teacher_seconds, out, a.quick); save()
+        print(json.dumps(res['teacher_tokens'], indent=1))
+    if 'full_size' in a.parts:
+        res['full_size'] = full_size(dev, 2 if a.quick else a.full_size_steps, a.quick); save()
+    if 'fsdp' in a.parts:
+        res['fsdp'] = fsdp_resume(dev, a.quick); save()
+        print(json.dumps({k: v for k, v in res['fsdp'].items() if k != 'first_half'}, indent=1))
     res['meta']['total_s'] = round(time.time() - t0, 1); save()
-    print(json.dumps(res['teacher_tokens'], indent=1))
 
 
 if __name__ == '__main__':

@@ -8,10 +8,11 @@ __all__ = ['logger', 'SUPPORTED_MODEL_TYPES', 'KV_COPIES', 'PAPER_GDN_OPTIONS', 
            'fold_head_norm', 'attention_geometry', 'gdn_options_for', 'copy_attention_into_gdn', 'state_tensors',
            'GDNCacheLayer', 'gdn_cache_slot', 'GDNAttention', 'hybrid_model_type', 'teacher_model_type',
            'write_calibration_report', 'read_calibration_report', 'HybridMixin', 'register_hybrid_types',
-           'hybrid_classes', 'parse_policy', 'kept_count', 'uniform_layers', 'resolve_keep', 'hybrid_spec', 'to_hybrid',
-           'converted_layers', 'gdn_modules', 'save_hybrid', 'load_hybrid', 'ar_scores', 'ga_s2_scores',
-           'select_layers', 'plot_layer_scores', 'gdn_state_bytes', 'cache_bytes', 'measured_cache_bytes',
-           'plot_cache_memory', 'export_blockers', 'to_native', 'export_hybrid', 'check_export']
+           'hybrid_classes', 'parse_policy', 'kept_count', 'uniform_layers', 'resolve_keep', 'hybrid_spec',
+           'copy_module', 'to_hybrid', 'shared_weights', 'unshare_weights', 'converted_layers', 'gdn_modules',
+           'save_hybrid', 'load_hybrid', 'ar_scores', 'ga_s2_scores', 'select_layers', 'plot_layer_scores',
+           'gdn_state_bytes', 'cache_bytes', 'measured_cache_bytes', 'plot_cache_memory', 'export_blockers',
+           'to_native', 'export_hybrid', 'check_export']
 
 # %% ../nbs/04_convert.ipynb #c7c9de34
 import copy, importlib, inspect, json, logging, math, numbers, shutil, subprocess, sys, tempfile, warnings
@@ -385,7 +386,15 @@ def _gdn_for(attn, layer_idx, options, seed):
     w = attn.q_proj.weight
     return gdn.to(device=w.device, dtype=w.dtype)
 
-def to_hybrid(teacher, keep, kv_copy: str = 'heads', seed: int | None = 0, **gdn_options):
+def copy_module(model: nn.Module, tensor, requires_grad: bool | None = None) -> nn.Module:
+    "A deep copy of `model` whose parameters and buffers are `tensor(t)`: ties kept, no intermediate full copy."
+    memo = {}
+    for p in model.parameters():   # distinct parameters: tied ones map to one new parameter
+        memo[id(p)] = nn.Parameter(tensor(p.detach()), requires_grad=p.requires_grad if requires_grad is None else requires_grad)
+    for b in model.buffers(): memo[id(b)] = tensor(b)
+    return copy.deepcopy(model, memo)
+
+def to_hybrid(teacher, keep, kv_copy: str = 'heads', seed: int | None = 0, share_weights: bool = False, **gdn_options):
     "A new hybrid (of the teacher's hybrid class): layers in `keep` stay softmax attention, the others become weight-copied GatedDeltaNets."
     check_teacher(teacher)
     if kv_copy not in KV_COPIES: raise ValueError(f'unknown kv_copy {kv_copy!r}; accepted: {", ".join(KV_COPIES)}')
@@ -396,17 +405,35 @@ def to_hybrid(teacher, keep, kv_copy: str = 'heads', seed: int | None = 0, **gdn
     for i in converted:
         if (o := gdn_options_for(layers[i].self_attn, **gdn_options)) != options:
             raise ValueError(f'layer {i} has a different attention shape ({o}) than layer 0 ({options}); heterogeneous layers are not supported')
-    hybrid = copy.deepcopy(teacher)
+    # shared: new (frozen) parameter objects over the teacher's storage, so `.to()` or `.half()` on the hybrid leaves the teacher alone
+    hybrid = copy_module(teacher, lambda t: t, requires_grad=False) if share_weights else copy.deepcopy(teacher)
     for i in converted:
         layer = decoder_layers(hybrid)[i]
         gdn = copy_attention_into_gdn(layer.self_attn, _gdn_for(layer.self_attn, i, options, seed), kv_copy)
         layer.self_attn = GDNAttention(gdn, i)
+    if share_weights:
+        hybrid._shared_with_teacher = {n for n, p in hybrid.named_parameters(remove_duplicate=False) if not p.requires_grad}
     cfg_cls, model_cls = hybrid_classes(teacher.config.model_type)
     hybrid.config.__class__, hybrid.__class__ = cfg_cls, model_cls   # subclasses that add no state: the copy becomes the hybrid type
     hybrid.config.taylor_calibrate = hybrid_spec(converted, options, kv_copy)
     hybrid.config.architectures = [model_cls.__name__]
     _install_padding_hooks(hybrid)
     return hybrid.train(teacher.training)
+
+def shared_weights(model) -> list[str]:
+    "Names of `model`'s parameters that still share storage with the teacher it was converted from (`to_hybrid(share_weights=True)`)."
+    return sorted(getattr(model, '_shared_with_teacher', ()))
+
+@torch.no_grad()
+def unshare_weights(model):
+    "Give `model` its own copy of every weight it shares with its teacher and make them trainable again; returns `model`."
+    for n in shared_weights(model):
+        p = model.get_parameter(n)
+        if not p.requires_grad:              # a tied weight is visited once
+            p.data = p.data.clone()
+            p.requires_grad_(True)
+    model.__dict__.pop('_shared_with_teacher', None)
+    return model
 
 def converted_layers(model) -> list[int]:
     "Indices of a hybrid's GDN layers (empty for a plain model)."
@@ -472,7 +499,7 @@ def ga_s2_scores(teacher, ids: torch.Tensor, init=None, seq_len: int = 512, batc
     "Per-layer probes: perplexity on `ids` of a hybrid keeping only layer i as attention, the rest converted and `init`ialised."
     scores = {}
     for i in tqdm(range(len(decoder_layers(teacher))), desc='ga-s2', disable=not progress):
-        probe = to_hybrid(teacher, [i], **gdn_options)
+        probe = to_hybrid(teacher, [i], share_weights=True, **gdn_options)   # a probe is never trained
         if init is not None: probe = init(probe, teacher)
         scores[i] = perplexity(probe, ids, seq_len=seq_len, batch_size=batch_size, progress=False)
         del probe

@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from tqdm.auto import tqdm
 from .teacher import perplexity
+from .convert import teacher_model_type, unshare_weights
 
 # %% ../nbs/06_distill.ipynb #4950fe21
 def distill_loss(student_logits, teacher_logits, input_ids=None, ce_weight: float = 0.0):
@@ -233,7 +234,12 @@ def _check_pair(student, teacher):
     if s.vocab_size != t.vocab_size:
         raise ValueError(f'vocabulary mismatch: student config.vocab_size={s.vocab_size}, teacher config.vocab_size={t.vocab_size}; '
                          'they must share one tokenizer and vocabulary')
-    diff = [f'{k} {getattr(s, k, None)} vs {getattr(t, k, None)}' for k in ('num_hidden_layers', 'hidden_size')
+    kind = teacher_model_type(s)
+    if kind is not None and kind != t.model_type:
+        raise ValueError(f'the student is a hybrid converted from a {kind} model but the teacher is a {t.model_type} model: '
+                         'pass the teacher it was converted from')
+    diff = [f'{k} {getattr(s, k, None)} vs {getattr(t, k, None)}'
+            for k in ('num_hidden_layers', 'hidden_size', 'num_attention_heads', 'num_key_value_heads')
             if getattr(s, k, None) != getattr(t, k, None)]
     if diff: raise ValueError(f'student and teacher differ in shape ({"; ".join(diff)}, student vs teacher): '
                               'the student must be converted from this teacher')
@@ -311,6 +317,7 @@ def distill(student,                                 # the model to train, in pl
     if ce_weight < 0: raise ValueError(f'ce_weight must be >= 0, got {ce_weight}')
     if grad_clip is not None and grad_clip <= 0: raise ValueError(f'grad_clip must be positive or None (no clipping), got {grad_clip}')
     _check_pair(student, teacher)
+    unshare_weights(student)   # a calibrated hybrid shares the teacher's unchanged weights: copy them before training
     vs = _text_config(student).vocab_size
     windows = token_windows(data, seq_len).cpu()
     if windows.min() < 0 or windows.max() >= vs:

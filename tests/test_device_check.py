@@ -29,8 +29,16 @@ def test_device_check_quick(root, tmp_path):
     for a in res['layer_agreement']:   # on the CPU both sides are our kernel; prefill + recurrent steps vs one chunked pass is a real check
         assert a['worst'] < 1e-5, a
     row = res['kernel_timing'][0]
-    assert row['kernel'] == 'ours_torch' and 0 < row['fwd_s'] < row['fwd_bwd_s']
+    assert row['kernel'] == 'ours_torch' and row['fwd_s'] > 0 and row['fwd_bwd_s'] > 0   # timings only: this machine is shared
     t = res['teacher_tokens']
     assert t['tokens'] == t['steps'] * t['batch_size'] * 64 and len(t['heads']) >= 1
     assert (tmp_path / 'teacher_gpu' / 'model.safetensors').exists()
+    for r in res['full_size']:                # the full-size part, at shrunken shapes on the CPU
+        assert 'error' not in r, r.get('error')
+        assert r['teacher_unchanged'] and r['stages']['calibrate']['seconds'] > 0 and r['timings']['phase2_s'] > 0
+    assert [r.get('generate_matches_in_memory') for r in res['full_size']] == [True, None]   # taylor+ saves, loads, generates
+    f = res['fsdp']                           # on the CPU one plain process: the resumed run must equal the straight one
+    assert 'error' not in f['straight'] and 'error' not in f['resumed'], f
+    assert len(f['straight']['train_kl']) == len(f['resumed']['train_kl']) == 8 and len(f['first_half']['train_kl']) == 4
+    assert f['max_abs_kl_diff'] == 0.0
     assert sorted(p.name for p in tmp_path.rglob('*') if p.is_file()).__len__() <= 8   # the device tool brings back at most 8 files

@@ -235,6 +235,8 @@ def test_bad_input(teacher, data, tmp_path):
                                           num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True))
     wider = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True))
+    fewer_heads = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                               num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
     bad = [(dict(seed=1), r'cannot resume.*seed: checkpoint 0, now 1'),                      # another run's checkpoint
            (dict(data=data.flip(0)), r'cannot resume.*data: checkpoint'),
            (dict(lr_mixer=2e-3), r'cannot resume.*lr_mixer'),
@@ -242,6 +244,7 @@ def test_bad_input(teacher, data, tmp_path):
            (dict(teacher=tiny(0, vocab_size=80)), 'vocabulary mismatch'),
            (dict(teacher=deeper), r'differ in shape \(num_hidden_layers 2 vs 3'),
            (dict(teacher=wider), r'differ in shape \(hidden_size 32 vs 64'),
+           (dict(teacher=fewer_heads), r'differ in shape \(num_attention_heads 4 vs 2; num_key_value_heads 2 vs 1'),
            (dict(grad_accum=0), 'grad_accum must be a positive integer, got 0'),
            (dict(grad_accum=1.5), 'grad_accum must be a positive integer'),
            (dict(schedule='sawtooth'), "schedule must be one of constant, constant_with_warmup, linear, cosine, inverse_sqrt, got 'sawtooth'"),
@@ -374,3 +377,26 @@ def test_bf16_autocast_path_on_cpu(teacher, data):
     assert log.config['mixed_precision'] == 'bf16' and next(student.parameters()).dtype == torch.float32
     assert 'forward' not in student.__dict__ and '_original_forward' not in student.__dict__   # autocast wrapper removed
     assert log.train_kl[-1] < log.train_kl[0] and log.eval_ppl[-1] < log.eval_ppl[0]
+
+
+def test_a_hybrid_of_another_kind_of_teacher_is_refused(teacher, data):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from taylor_calibrate.convert import to_hybrid
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True))
+    with pytest.raises(ValueError, match='the student is a hybrid converted from a llama model but the teacher is a qwen2 model') as e:
+        run(to_hybrid(llama, [0]), teacher, data, 1)
+    assert '\n' not in str(e.value)
+
+
+def test_distilling_a_hybrid_that_shares_weights_leaves_the_teacher_alone(teacher, data):
+    "A calibrated hybrid shares the teacher's unchanged weights (frozen); distill copies them first and then trains them all."
+    from taylor_calibrate.convert import to_hybrid, shared_weights
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    s = to_hybrid(teacher, [0], share_weights=True)
+    assert 'model.layers.0.mlp.up_proj.weight' in shared_weights(s)
+    run(s, teacher, data, 3)
+    assert shared_weights(s) == []
+    assert all(torch.equal(before[k], v) for k, v in teacher.state_dict().items())
+    moved = {n for n, p in s.named_parameters() if n in before and not torch.equal(p, before[n])}
+    assert {'model.layers.0.mlp.up_proj.weight', 'model.layers.0.self_attn.q_proj.weight', 'model.embed_tokens.weight'} <= moved

@@ -1,0 +1,40 @@
+"The full-size benchmark's shapes and cost model (bench/full_size.py): published configs, and the same capture grouping as calibrate."
+import sys
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def full_size(root):
+    sys.path.insert(0, str(root / 'bench'))
+    import full_size
+    return full_size
+
+
+def test_published_shapes(root):
+    F = full_size(root)
+    q, q3, ll = F.config_for('Qwen2.5-0.5B'), F.config_for('Qwen3-0.6B'), F.config_for('Llama-3.2-1B')
+    assert (q.hidden_size, q.num_hidden_layers, q.num_attention_heads, q.num_key_value_heads, q.vocab_size) == (896, 24, 14, 2, 151936)
+    assert q.tie_word_embeddings and q.rope_parameters['rope_theta'] == 1e6
+    assert (q3.head_dim, q3.num_key_value_heads, q3.num_hidden_layers) == (128, 8, 28)
+    assert ll.rope_parameters['rope_type'] == 'llama3' and ll.rope_parameters['factor'] == 32.0 and ll.vocab_size == 128256
+    # parameter counts from the configs match the models' (embeddings tied), within the biases and norms left out
+    for name, billions in (('Qwen2.5-0.5B', 0.494), ('Qwen3-0.6B', 0.596), ('Llama-3.2-1B', 1.236), ('Qwen2.5-3B', 3.086), ('Qwen3-8B', 8.19)):
+        assert abs(F.all_params(F.config_for(name)) / 1e9 - billions) < 0.01 * billions, name
+
+
+def test_cost_model_groups_captures_as_calibrate_does(root):
+    from taylor_calibrate.core import capture_groups
+    F = full_size(root)
+    for name in F.RUN:
+        c = F.config_for(name, quick=True)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(c)
+        wb = sum(p.numel() * p.element_size() for p in model.parameters())
+        conv = F.converted_layers(c)
+        for tokens in (2048, 18432, 200_000):
+            assert F.capture_layer_groups(c, conv, tokens, wb)[0] == capture_groups(model, conv, tokens), (name, tokens)
+    c = F.config_for('Qwen2.5-0.5B')
+    assert F.teacher_pass_flops(c, 1000, depth=12) * 2 == F.teacher_pass_flops(c, 1000)
+    m = F.cost_model(c, 'taylor+', F.recipe_budget('taylor+'), F.all_params(c) * 4)
+    assert m['converted'] == 18 and m['capture_groups'] == 9 and m['phase2_flops'] > 0
+    assert F.cost_model(c, 'naive', F.recipe_budget('naive'), F.all_params(c) * 4)['phase2_flops'] == 0
