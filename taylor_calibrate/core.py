@@ -487,7 +487,8 @@ def _probe_windows(data, tokenizer, seq_len):
 
 def _on_device(teacher, device):
     "`teacher` if it is on `device`, else a copy there (made tensor by tensor): calibration never moves the caller's model."
-    if next(teacher.parameters()).device == torch.device(device): return teacher
+    have, want = next(teacher.parameters()).device, torch.device(device)
+    if have.type == want.type and want.index in (None, have.index): return teacher   # 'cuda' means whichever GPU it is on
     return copy_module(teacher, lambda t: t.to(device))
 
 CAPTURE_BUDGET = 0.25            # captured layer I/O held at once: this fraction of the teacher's weight bytes ...
@@ -557,7 +558,7 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress):
                                                     phase2_stopped=curve['stopped'])
         rep.layers.append(lr)
         rep.heads.extend(_head_rows_report(l, head_st, targets, gdn, x, m))
-        gdn.to(dtype)
+        gdn.to(dtype).requires_grad_(True)   # the hybrid's own weights: trainable (Phase 2 leaves them frozen)
         del x, ctx, y, m, heldout, cap, hcap
         release_kernel_buffers()   # the CPU kernel's scratch is sized for this layer's batches: give it back between layers
     return hybrid, rep
