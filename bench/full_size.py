@@ -29,10 +29,10 @@ its held-out evaluations), fits one sustained rate per stage kind to the CPU mea
 Qwen2.5-3B and Qwen3-8B on one GPU at an assumed sustained rate, stated in the JSON. It is an estimate, not a
 measurement: not yet run on a GPU.
 
-Run: `python bench/full_size.py` (writes bench/results/full_size.json). The committed file comes from four calls
-of one thread each, two at a time, then merged (`--merge`): `--shapes Qwen2.5-0.5B` (the recipes' token budgets)
-with and without `MALLOC_MMAP_THRESHOLD_=131072`, `--shapes Qwen3-0.6B --calib-tokens 4096` and `--shapes
-Llama-3.2-1B --calib-tokens 4096` (fewer calibration tokens, to fit the CPU time here); each run records its
+Run: `python bench/full_size.py` (writes bench/results/full_size.json). The committed file comes from three calls
+of one thread each, at most two at a time, all with `MALLOC_MMAP_THRESHOLD_=131072` in the environment, then merged
+(`--merge`): `--shapes Qwen2.5-0.5B` (the recipes' token budgets), `--shapes Qwen3-0.6B --calib-tokens 4096` and
+`--shapes Llama-3.2-1B --calib-tokens 4096` (fewer calibration tokens, to fit the CPU time here); each run records its
 arguments. The runs of other shapes already in the output file are kept;
 `python bench/full_size.py --quick` checks the script on shrunken shapes in a minute.
 """
@@ -114,12 +114,14 @@ def recipe_budget(init, calib_tokens=None, heldout_tokens=None, steps=None):
     return dict(calib_tokens=cal, heldout_tokens=held, steps=steps or r.steps, batch_tokens=min(batch, cal), eval_every=r.eval_every)
 
 
-def capture_layer_groups(c, converted, tokens, weight_bytes):
-    "The same grouping as `taylor_calibrate.core.capture_groups`, from a config alone."
-    from taylor_calibrate.core import CAPTURE_BUDGET, CAPTURE_FLOOR
-    per_layer = tokens * (2 * c.hidden_size + c.num_attention_heads * _head_dim(c)) * 4
-    n = max(1, int(max(CAPTURE_BUDGET * weight_bytes, CAPTURE_FLOOR) // per_layer))
-    return [converted[i:i + n] for i in range(0, len(converted), n)], per_layer
+def capture_layer_groups(c, converted, tokens, dtype_bytes=4):
+    "`taylor_calibrate.core.capture_groups` on a weightless (meta-device) model of config `c`, and one layer's capture bytes."
+    import torch
+    from transformers import AutoModelForCausalLM
+    from taylor_calibrate.core import capture_groups, capture_bytes
+    with torch.device('meta'):
+        model = AutoModelForCausalLM.from_config(c, dtype={2: torch.bfloat16, 4: torch.float32}[dtype_bytes])
+    return capture_groups(model, converted, tokens), capture_bytes(model, converted[0], tokens)
 
 
 def converted_layers(c, fraction=0.25):
@@ -128,11 +130,11 @@ def converted_layers(c, fraction=0.25):
     return [i for i in range(c.num_hidden_layers) if i not in kept]
 
 
-def cost_model(c, init, budget, weight_bytes, dtype_bytes=4):
+def cost_model(c, init, budget, dtype_bytes=4):
     "FLOPs and memory of `calibrate` on config `c`: teacher passes (statistics and captures) and Phase 2."
     conv = converted_layers(c)
     tokens = budget['calib_tokens'] + budget['heldout_tokens']
-    groups, per_layer = capture_layer_groups(c, conv, tokens, weight_bytes)
+    groups, per_layer = capture_layer_groups(c, conv, tokens, dtype_bytes)
     teacher = teacher_pass_flops(c, budget['calib_tokens']) + teacher_pass_flops(c, budget['heldout_tokens'], groups[0][-1] + 1)
     teacher += sum(teacher_pass_flops(c, tokens, g[-1] + 1) for g in groups[1:])
     n_eval = budget['steps'] // budget['eval_every'] + 1
@@ -230,7 +232,7 @@ def summarise(runs, quick):
     rows, fit = [], {'teacher': [], 'phase2': []}
     for r in runs:
         c, t = config_for(r['shape'], quick), r['timings']
-        m = cost_model(c, r['init'], r['budget'], r['weight_mb'] * 2**20)
+        m = cost_model(c, r['init'], r['budget'], 2 if r['dtype'] == 'bfloat16' else 4)
         fit['teacher'].append((m['teacher_flops'], t['statistics_s']))
         if m['phase2_flops']: fit['phase2'].append((m['phase2_flops'], t['phase2_s']))
         rows.append(dict(shape=r['shape'], init=r['init'], malloc=r['malloc'], **{k: r['budget'][k] for k in ('calib_tokens', 'heldout_tokens', 'steps')},
@@ -251,7 +253,7 @@ def summarise(runs, quick):
         wb = all_params(c) * 2   # bf16 teacher
         for init in ('taylor', 'taylor+'):
             b = recipe_budget(init)
-            m = cost_model(c, init, b, wb, dtype_bytes=2)
+            m = cost_model(c, init, b, dtype_bytes=2)
             t = m['teacher_flops'] / GPU_RATE['teacher_flops_per_s'] + m['phase2_flops'] / GPU_RATE['phase2_flops_per_s']
             extrapolated.append(dict(shape=name, init=init, params_b=round(all_params(c) / 1e9, 2), converted=m['converted'],
                                      steps=b['steps'], teacher_tflop=round(m['teacher_flops'] / 1e12, 1),

@@ -6,8 +6,8 @@
 __all__ = ['EVAL_SPLIT', 'RECIPES', 'CAPTURE_BUDGET', 'CAPTURE_FLOOR', 'token_windows', 'Recipe', 'get_recipe',
            'realised_half_life', 'realised_beta', 'set_decay', 'concentration', 'set_write_gate', 'valid_by_windows',
            'gated_head_outputs', 'set_value_scale', 'set_output_gate', 'value_output_norms', 'balanced_gauge',
-           'rescale_value_output', 'phase1', 'layer_fit', 'phase2', 'CalibrationReport', 'calibrate', 'capture_groups',
-           'report_summary', 'report_html']
+           'rescale_value_output', 'phase1', 'layer_fit', 'phase2', 'CalibrationReport', 'calibrate', 'capture_bytes',
+           'capture_groups', 'report_summary', 'report_html']
 
 # %% ../nbs/05_calibrate.ipynb #b40584c1
 import copy, json, math, time, warnings
@@ -106,8 +106,9 @@ def get_recipe(init) -> Recipe:
 
 # %% ../nbs/05_calibrate.ipynb #973b718f
 def _valid(t, mask):
-    "Rows of a [n, T, ...] tensor at real (unpadded) positions: [N, ...]."
-    return t[mask.bool()]
+    "Rows of a [n, T, ...] tensor at real (unpadded) positions: [N, ...] (a view, not a copy, when every position is real)."
+    m = mask.bool()
+    return t.flatten(0, 1) if m.shape == t.shape[:2] and bool(m.all()) else t[m]
 
 def _bisect(f, target, lo=-30., hi=30., iters=60):
     "Per-head bisection for an increasing function f(shift [H]) -> [H] reaching `target` [H]."
@@ -174,7 +175,12 @@ def _head_rows(t, H):
 @torch.no_grad()
 def valid_by_windows(f, x: torch.Tensor, mask: torch.Tensor, batch: int = 8) -> torch.Tensor:
     "`f(x, mask)` at the real tokens, [N, ...], computed `batch` windows at a time: the working memory is that of a few windows."
-    return torch.cat([_valid(f(x[i:i + batch], mask[i:i + batch]), mask[i:i + batch]) for i in range(0, len(x), batch)])
+    out, n = None, 0
+    for i in range(0, len(x), batch):
+        o = _valid(f(x[i:i + batch], mask[i:i + batch]), mask[i:i + batch])
+        if out is None: out = o.new_empty((int(mask.bool().sum()),) + tuple(o.shape[1:]))   # filled in place: no list, no cat
+        out[n:n + len(o)] = o; n += len(o)
+    return out
 
 @torch.no_grad()
 def gated_head_outputs(gdn: GatedDeltaNet, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -190,7 +196,7 @@ def set_value_scale(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, 
     H = gdn.num_heads
     c = _valid(context, mask).float()
     if not acting:
-        o = valid_by_windows(gdn.head_outputs, x, mask).float() * math.sqrt(gdn.head_k_dim)   # the paper's recurrence has no 1/sqrt(d)
+        o = valid_by_windows(gdn.head_outputs, x, mask).float().mul_(math.sqrt(gdn.head_k_dim))   # the paper's recurrence has no 1/sqrt(d)
         sigma = ols_scale(c, o).clamp(0.1, 10.)
         W = gdn.v_proj.weight
         W.view(H, -1, W.shape[1]).mul_(sigma[:, None, None].to(W))
@@ -491,13 +497,17 @@ def _on_device(teacher, device):
     if have.type == want.type and want.index in (None, have.index): return teacher   # 'cuda' means whichever GPU it is on
     return copy_module(teacher, lambda t: t.to(device))
 
-CAPTURE_BUDGET = 0.25            # captured layer I/O held at once: this fraction of the teacher's weight bytes ...
+CAPTURE_BUDGET = 0.125           # captured layer I/O held at once: this fraction of the teacher's weight bytes ...
 CAPTURE_FLOOR = 256 * 2 ** 20    # ... or this many bytes if that is more (small teachers: fewer teacher passes); at least one layer
+
+def capture_bytes(teacher, layer: int, tokens: int) -> int:
+    "Bytes of one layer's captured float32 input, per-head context and output on `tokens` tokens."
+    H, _, d = attention_geometry(decoder_layers(teacher)[layer].self_attn)
+    return tokens * (2 * teacher.config.get_text_config().hidden_size + H * d) * 4
 
 def capture_groups(teacher, layers: list, tokens: int) -> list[list[int]]:
     "`layers` in groups whose captured float32 input, context and output on `tokens` tokens fit in the capture budget."
-    H, _, d = attention_geometry(decoder_layers(teacher)[layers[0]].self_attn)
-    per_layer = tokens * (2 * teacher.config.get_text_config().hidden_size + H * d) * 4
+    per_layer = capture_bytes(teacher, layers[0], tokens)
     weights = sum(p.numel() * p.element_size() for p in teacher.parameters())
     n = max(1, int(max(CAPTURE_BUDGET * weights, CAPTURE_FLOOR) // per_layer))
     return [layers[i:i + n] for i in range(0, len(layers), n)]
@@ -530,7 +540,7 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress):
     layers = _layer_captures(teacher, cal, held, conv, rep.timings, progress)
     for l, st, (cap, cmask), (hcap, hmask) in tqdm(layers, total=len(conv), desc=f'calibrate ({recipe.name})', disable=not progress):
         gdn = gdns[l]
-        x, ctx, y, m = (cap['input'].to(device), cap['context'].to(device), cap['output'].to(device), cmask.to(device))
+        x, ctx, y, m = (cap.pop('input').to(device), cap.pop('context').to(device), cap.pop('output').to(device), cmask.to(device))
         heldout = (hcap['input'].to(device), hcap['output'].to(device), hmask.to(device))
         head_st = dict(mean_distance=st.mean_distance[l], entropy=st.entropy[l], rel_entropy=st.rel_entropy[l])
         lr = dict(layer=l)
@@ -548,6 +558,7 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress):
             t1 = time.time(); targets = phase1(gdn, head_st, x, ctx, m, recipe); rep.timings['phase1_s'] += time.time() - t1
             release_kernel_buffers()
             fit = layer_fit(gdn, *heldout); lr.update(mse_phase1=fit['mse'], cos_phase1=fit['cos'], ratio_phase1=fit['ratio'], alpha=targets['alpha'])
+        del ctx                                       # the teacher context serves Phase 1 only
         if recipe.phase2:
             t1 = time.time()
             curve = phase2(gdn, x, y, m, recipe, heldout=heldout, seed=seed + l, progress=progress, desc=f'phase 2, layer {l}')
@@ -559,7 +570,7 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress):
         rep.layers.append(lr)
         rep.heads.extend(_head_rows_report(l, head_st, targets, gdn, x, m))
         gdn.to(dtype).requires_grad_(True)   # the hybrid's own weights: trainable (Phase 2 leaves them frozen)
-        del x, ctx, y, m, heldout, cap, hcap
+        del x, y, m, heldout, cap, hcap
         release_kernel_buffers()   # the CPU kernel's scratch is sized for this layer's batches: give it back between layers
     return hybrid, rep
 
