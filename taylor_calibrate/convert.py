@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 from tqdm.auto import tqdm
 from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
 from .gdn import GatedDeltaNet
+from .outputs import atomic_dir
 from .teacher import perplexity, corpus_token_ids
 
 logger = logging.getLogger(__name__)
@@ -444,30 +445,13 @@ def gdn_modules(model) -> dict[int, GatedDeltaNet]:
     return {i: decoder_layers(model)[i].self_attn.gdn for i in converted_layers(model)}
 
 # %% ../nbs/04_convert.ipynb #ef7ef63f
-def _write_dir(path, overwrite: bool, write) -> Path:
-    "Call write(tmp) on a temporary sibling of `path`, then move it into place (replacing `path` only if `overwrite`)."
-    path = Path(path)
-    if path.exists() and (not path.is_dir() or any(path.iterdir())) and not overwrite:
-        raise FileExistsError(f'{path} exists and is not empty; pass overwrite=True to replace it')
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f'.{path.name}.tmp'))
-    try:
-        write(tmp)
-        old = None
-        if path.exists(): old = path.rename(path.with_name(f'{tmp.name}.old'))
-        tmp.rename(path)
-        if old is not None: shutil.rmtree(old) if old.is_dir() else old.unlink()
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True); raise
-    return path
-
 def save_hybrid(model, path, tokenizer=None, overwrite: bool = False) -> Path:
-    "Save a hybrid (config, safetensors, calibration report, tokenizer) into `path` via a temporary directory."
+    "Save a hybrid (config, safetensors, calibration report, tokenizer) into `path` (a new folder, or one it wrote if `overwrite`), atomically."
     if not getattr(model.config, 'taylor_calibrate', None): raise ValueError('not a hybrid: its config has no taylor_calibrate section')
     def write(tmp):
         model.save_pretrained(tmp)
         if tokenizer is not None: tokenizer.save_pretrained(tmp)
-    return _write_dir(path, overwrite, write)
+    return atomic_dir(path, write, overwrite)
 
 def load_hybrid(path, **kwargs):
     "`AutoModelForCausalLM.from_pretrained(path, **kwargs)` for a saved hybrid; also reads directories written by version 0.1.0."
@@ -734,7 +718,7 @@ def export_hybrid(model, path, layout: str = 'qwen3_5', tokenizer=None, overwrit
         native.save_pretrained(tmp)
         if tokenizer is not None: tokenizer.save_pretrained(tmp)
         write_calibration_report(model, tmp)
-    return _write_dir(path, overwrite, write)
+    return atomic_dir(path, write, overwrite)
 
 _CHECK_EXPORT = """
 import json, sys

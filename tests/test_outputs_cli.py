@@ -1,0 +1,107 @@
+"The command line never removes or moves what a user owns: --out checks before any work, --overwrite, killed writes."
+import hashlib, os, signal, subprocess, sys, time
+from pathlib import Path
+import pytest
+
+EXE = str(Path(sys.executable).with_name('taylor-calibrate'))
+
+def run(*args, cwd=None):
+    r = subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    assert 'Traceback' not in r.stderr, r.stderr
+    return r
+
+def tree_digest(folder: Path) -> str:
+    "sha256 over every path, mode and byte below `folder` (hidden files included)."
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob('*')):
+        h.update(str(p.relative_to(folder)).encode()); h.update(oct(p.stat().st_mode).encode())
+        if p.is_file(): h.update(p.read_bytes())
+    return h.hexdigest()
+
+def user_folder(path: Path) -> Path:
+    (path/'sub').mkdir(parents=True)
+    (path/'notes.txt').write_text('my notes'); (path/'sub'/'data.csv').write_text('1,2\n')
+    return path
+
+@pytest.fixture(scope='module')
+def hybrid_dir(tmp_path_factory):
+    "A saved (uncalibrated) hybrid of the shipped Qwen3 teacher, which `export` accepts."
+    from taylor_calibrate.teacher import load_teacher
+    from taylor_calibrate.convert import to_hybrid, save_hybrid
+    teacher, tok = load_teacher('tiny-qwen3')
+    return save_hybrid(to_hybrid(teacher, keep=[0, 4, 8]), tmp_path_factory.mktemp('h')/'hybrid', tok)
+
+@pytest.mark.parametrize('extra', [[], ['--overwrite']])
+def test_a_non_empty_folder_of_the_users_is_refused_before_any_work(tmp_path, extra):
+    mine = user_folder(tmp_path/'mywork'); before = tree_digest(tmp_path)
+    t0 = time.time()
+    r = run('convert', '--teacher', tmp_path/'no-such-teacher', '--init', 'taylor', '--out', mine, *extra)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert ('did not write (notes.txt, sub/data.csv)' if extra else 'exists and is not empty') in r.stderr
+    assert 'no-such-teacher' not in r.stderr            # the teacher was never looked at
+    r = run('demo', '--out', mine, *extra)
+    assert r.returncode == 1 and 'mywork' in r.stderr
+    assert tree_digest(tmp_path) == before
+
+def test_export_and_distill_refuse_a_users_folder(tmp_path, hybrid_dir):
+    mine = user_folder(tmp_path/'userdir'); before = tree_digest(tmp_path)
+    for extra in ([], ['--overwrite']):
+        r = run('export', hybrid_dir, '--out', mine, *extra)
+        assert r.returncode == 1 and 'userdir' in r.stderr, r.stderr
+        r = run('distill', '--student', hybrid_dir, '--tokens', '64', '--out', mine, *extra)
+        assert r.returncode == 1 and 'userdir' in r.stderr, r.stderr
+    assert tree_digest(tmp_path) == before
+
+def test_a_file_as_out_is_refused_and_left_in_place(tmp_path, hybrid_dir):
+    (tmp_path/'afile.txt').write_text('precious'); before = tree_digest(tmp_path)
+    for extra in ([], ['--overwrite']):
+        r = run('export', hybrid_dir, '--out', tmp_path/'afile.txt', *extra)
+        assert r.returncode == 1 and 'afile.txt is a file' in r.stderr, r.stderr
+    r = run('convert', '--teacher', tmp_path/'t', '--out', tmp_path/'afile.txt'/'inside')
+    assert r.returncode == 1 and 'is a file, so no folder' in r.stderr
+    assert tree_digest(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ['afile.txt']
+
+def test_out_dot_is_refused(tmp_path, hybrid_dir):
+    r = run('export', hybrid_dir, '--out', '.', '--overwrite', cwd=tmp_path)
+    assert r.returncode == 1 and 'current folder' in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+def test_overwrite_replaces_only_a_folder_the_package_wrote(tmp_path, hybrid_dir):
+    out = tmp_path/'export'
+    assert run('export', hybrid_dir, '--out', out).returncode == 0
+    assert (out/'.taylor_calibrate_files.json').exists()
+    assert oct((out/'model.safetensors').stat().st_mode & 0o044) == oct(0o044)   # readable by others (umask 022)
+    r = run('export', hybrid_dir, '--out', out)
+    assert r.returncode == 1 and '--overwrite' in r.stderr
+    assert run('export', hybrid_dir, '--out', out, '--overwrite').returncode == 0
+    (out/'my-notes.md').write_text('mine')
+    r = run('export', hybrid_dir, '--out', out, '--overwrite')
+    assert r.returncode == 1 and 'did not write (my-notes.md)' in r.stderr
+    assert (out/'my-notes.md').read_text() == 'mine'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['export']
+
+KILLED_WRITE = """
+import sys, time
+from pathlib import Path
+from taylor_calibrate.outputs import atomic_dir
+def slow(tmp):
+    (tmp/'model.safetensors').write_bytes(b'0' * 1_000_000); Path(sys.argv[2]).touch(); time.sleep(600)
+atomic_dir(sys.argv[1], slow, overwrite=True)
+"""
+
+def test_a_write_killed_with_sigkill_leaves_the_old_output_and_its_temporary_is_cleared(tmp_path, hybrid_dir):
+    out = tmp_path/'export'
+    assert run('export', hybrid_dir, '--out', out).returncode == 0
+    before = tree_digest(out)
+    p = subprocess.Popen([sys.executable, '-c', KILLED_WRITE, str(out), str(tmp_path/'started')])
+    for _ in range(600):
+        if (tmp_path/'started').exists(): break
+        time.sleep(0.1)
+    os.kill(p.pid, signal.SIGKILL); p.wait()
+    (tmp_path/'started').unlink()
+    stale = [q.name for q in tmp_path.iterdir() if q.name.startswith('.export.tmp-')]
+    assert len(stale) == 1 and tree_digest(out) == before      # the old output intact, one temporary left
+    r = run('export', hybrid_dir, '--out', out, '--overwrite')
+    assert r.returncode == 0, r.stderr
+    assert f'removed {tmp_path/stale[0]}, left by an interrupted write' in r.stderr
+    assert sorted(q.name for q in tmp_path.iterdir()) == ['export']
