@@ -4,15 +4,16 @@
 
 # %% auto #0
 __all__ = ['logger', 'SUPPORTED_MODEL_TYPES', 'KV_COPIES', 'PAPER_GDN_OPTIONS', 'HYBRID_PREFIX', 'REPORT_FILE', 'POLICIES',
-           'EXPORT_LAYOUTS', 'decoder_layers', 'check_teacher', 'repeat_kv_heads', 'copy_kv_rows_interleaved',
-           'fold_head_norm', 'attention_geometry', 'gdn_options_for', 'copy_attention_into_gdn', 'state_tensors',
-           'GDNCacheLayer', 'gdn_cache_slot', 'GDNAttention', 'hybrid_model_type', 'teacher_model_type',
-           'write_calibration_report', 'read_calibration_report', 'HybridMixin', 'register_hybrid_types',
-           'hybrid_classes', 'parse_policy', 'kept_count', 'uniform_layers', 'resolve_keep', 'hybrid_spec',
-           'copy_module', 'to_hybrid', 'shared_weights', 'unshare_weights', 'converted_layers', 'gdn_modules',
-           'save_hybrid', 'load_hybrid', 'ar_scores', 'ga_s2_scores', 'select_layers', 'plot_layer_scores',
-           'gdn_state_bytes', 'cache_bytes', 'measured_cache_bytes', 'plot_cache_memory', 'export_blockers',
-           'to_native', 'export_hybrid', 'check_export']
+           'EXPORT_LAYOUTS', 'VLLM_CPU_GDN_HEAD_DIMS', 'decoder_layers', 'check_teacher', 'repeat_kv_heads',
+           'copy_kv_rows_interleaved', 'fold_head_norm', 'attention_geometry', 'gdn_options_for',
+           'copy_attention_into_gdn', 'state_tensors', 'GDNCacheLayer', 'gdn_cache_slot', 'GDNAttention',
+           'hybrid_model_type', 'teacher_model_type', 'write_calibration_report', 'read_calibration_report',
+           'HybridMixin', 'register_hybrid_types', 'hybrid_classes', 'parse_policy', 'kept_count', 'uniform_layers',
+           'resolve_keep', 'hybrid_spec', 'copy_module', 'to_hybrid', 'shared_weights', 'unshare_weights',
+           'converted_layers', 'gdn_modules', 'save_hybrid', 'load_hybrid', 'ar_scores', 'ga_s2_scores',
+           'select_layers', 'plot_layer_scores', 'gdn_state_bytes', 'cache_bytes', 'measured_cache_bytes',
+           'plot_cache_memory', 'export_blockers', 'attention_interval', 'to_native', 'engine_problems',
+           'export_hybrid', 'check_export']
 
 # %% ../nbs/04_convert.ipynb #c7c9de34
 import copy, importlib, inspect, json, logging, math, numbers, shutil, subprocess, sys, tempfile, warnings
@@ -579,7 +580,6 @@ def plot_cache_memory(configs: dict, max_len: int = 32768, batch_size: int = 1, 
 
 # %% ../nbs/04_convert.ipynb #a1b2c3d4
 EXPORT_LAYOUTS = {'qwen3_5': 'qwen3_5_text', 'qwen3_5_moe': 'qwen3_5_moe_text'}   # layout -> model_type it writes
-_OPEN_GATE = 32.0   # sigmoid(32) = 1 - 1.3e-14: exactly 1 in float32, bfloat16 and float16
 
 def _mlp_kind(mlp) -> str:
     if isinstance(getattr(mlp, 'experts', None), nn.Module) and isinstance(getattr(mlp, 'gate', None), nn.Module): return 'moe'
@@ -617,6 +617,11 @@ def export_blockers(model, layout: str = 'qwen3_5') -> list[str]:
     if not o['use_gate']: out.append('no GDN output gate (use_gate=False)')
     return out
 
+def attention_interval(layer_types) -> int | None:
+    "The n with attention exactly at the layers l where (l + 1) % n == 0 (how SGLang places them), or None if there is none."
+    full, L = [i for i, t in enumerate(layer_types) if t == 'full_attention'], len(layer_types)
+    return next((n for n in range(1, L + 2) if full == [i for i in range(L) if (i + 1) % n == 0]), None)
+
 def _native_config(model, layout):
     "The layout's config for hybrid `model`, and the residual-stream scale s that gives every norm the GDN's eps."
     from transformers import AutoConfig
@@ -629,7 +634,7 @@ def _native_config(model, layout):
     kw = dict(vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_hidden_layers=L, num_attention_heads=c.num_attention_heads,
               num_key_value_heads=c.num_key_value_heads, head_dim=_head_dim(c), hidden_act=c.hidden_act,
               max_position_embeddings=c.max_position_embeddings, initializer_range=c.initializer_range, rms_norm_eps=o['norm_eps'],
-              use_cache=True, tie_word_embeddings=c.tie_word_embeddings, rope_parameters=rope, attention_bias=True,
+              use_cache=True, tie_word_embeddings=c.tie_word_embeddings, rope_parameters=rope, attention_bias=False,
               attention_dropout=c.attention_dropout, linear_conv_kernel_dim=o['conv_size'] if o['use_short_conv'] else 4,
               linear_key_head_dim=o['head_dim'], linear_value_head_dim=int(o['head_dim'] * o['expand_v']),
               linear_num_key_heads=o['num_heads'], linear_num_value_heads=o['num_heads'],
@@ -641,6 +646,8 @@ def _native_config(model, layout):
     else: kw.update(intermediate_size=c.intermediate_size)
     cfg = AutoConfig.for_model(EXPORT_LAYOUTS[layout], **kw)
     cfg.dtype = next(model.parameters()).dtype
+    cfg.partial_rotary_factor = rope['partial_rotary_factor']      # also at the top level, where SGLang reads it
+    if n := attention_interval(kw['layer_types']): cfg.full_attention_interval = n
     cfg.taylor_calibrate_export = dict(source_model_type=c.model_type, converted_layers=sorted(conv), residual_scale=s, version=__version__)
     return cfg, s
 
@@ -673,14 +680,10 @@ def _native_state_dict(model, layout, s: float) -> dict:
             sd[q + 'conv1d.weight'] = w
         else:
             q = p + 'self_attn.'
-            bias = lambda m: m.bias if m.bias is not None else zeros(m.out_features, like=m.weight)
-            wq = f(a.q_proj.weight, s).view(H, d, -1)   # per head: d query rows, then d output-gate rows
+            wq = f(a.q_proj.weight, s).view(H, d, -1)   # per head: d query rows, then d output-gate rows (zero: sigmoid(0) = 1/2)
             sd[q + 'q_proj.weight'] = torch.cat([wq, torch.zeros_like(wq)], 1).reshape(2 * H * d, -1)
-            bq = f(bias(a.q_proj), s).view(H, d)
-            sd[q + 'q_proj.bias'] = torch.cat([bq, torch.full_like(bq, _OPEN_GATE)], 1).reshape(-1)
-            sd.update({q + 'k_proj.weight': f(a.k_proj.weight, s), q + 'k_proj.bias': f(bias(a.k_proj), s),
-                       q + 'v_proj.weight': a.v_proj.weight.detach(), q + 'v_proj.bias': bias(a.v_proj).detach(),
-                       q + 'o_proj.weight': f(a.o_proj.weight, s), q + 'o_proj.bias': zeros(c.hidden_size, like=a.o_proj.weight),
+            sd.update({q + 'k_proj.weight': f(a.k_proj.weight, s), q + 'v_proj.weight': a.v_proj.weight.detach(),
+                       q + 'o_proj.weight': f(a.o_proj.weight, 2 * s),    # x 2 undoes the gate's 1/2 exactly
                        q + 'q_norm.weight': zc(a.q_norm.weight), q + 'k_norm.weight': zc(a.k_norm.weight)})
         if layout == 'qwen3_5_moe':
             e = mlp.experts; D = c.hidden_size
@@ -711,9 +714,34 @@ def to_native(model, layout: str = 'qwen3_5'):
         raise RuntimeError(f'{layout} mapping left tensors on the meta device: {meta[:4]}')
     return native.to(next(model.parameters()).device).eval()
 
+VLLM_CPU_GDN_HEAD_DIMS = (64, 128)   # vLLM's CPU GDN kernel (0.32) refuses other head dimensions, and runs bfloat16 only
+
+def engine_problems(config) -> list[str]:
+    "What each serving engine would refuse or compute wrong on an export with this config (a config or its dict), one line each."
+    c = config if isinstance(config, dict) else config.to_dict()
+    types, out = c['layer_types'], []
+    kept = [i for i, t in enumerate(types) if t == 'full_attention']
+    if c.get('attention_bias'):
+        out.append('vLLM: its Qwen3.5 attention has no q/k/v/o biases and drops the ones this export has, without a word')
+        out.append("SGLang: its Qwen3.5 attention's qkv_proj has no bias, and this export has attention biases")
+    for d in sorted({c['linear_key_head_dim'], c['linear_value_head_dim']} - set(VLLM_CPU_GDN_HEAD_DIMS)):
+        out.append(f"vLLM's CPU build refuses GDN head dimension {d} (its CPU kernel takes 64 and 128; GPU engines accept {d})")
+    n = c.get('full_attention_interval')
+    if n is None or [i for i in range(len(types)) if (i + 1) % n == 0] != kept:
+        n = n or 4
+        places = [i for i in range(len(types)) if (i + 1) % n == 0]
+        out.append(f'SGLang places attention by full_attention_interval ({n}: layers {", ".join(map(str, places)) or "none"}); '
+                   f'this hybrid keeps {", ".join(map(str, kept)) or "none"}')
+    if 'partial_rotary_factor' not in c:
+        out.append('SGLang reads partial_rotary_factor at the top level of the config (default 0.25); this export has none there')
+    if c['linear_key_head_dim'] != c['linear_value_head_dim']:
+        out.append(f"llama.cpp needs equal GDN key and value head sizes ({c['linear_key_head_dim']} and {c['linear_value_head_dim']} here)")
+    return out
+
 def export_hybrid(model, path, layout: str = 'qwen3_5', tokenizer=None, overwrite: bool = False) -> Path:
     "Save hybrid `model` as a native transformers model of `layout` ('qwen3_5' or 'qwen3_5_moe') that loads without this package."
     native = to_native(model, layout)
+    for line in engine_problems(native.config): logger.warning(line)
     def write(tmp):
         native.save_pretrained(tmp)
         if tokenizer is not None: tokenizer.save_pretrained(tmp)
@@ -737,7 +765,7 @@ torch.save(dict(logits=logits, tokens=tokens, model_class=type(m).__name__, mode
 
 @torch.no_grad()
 def check_export(model, path, input_ids, new_tokens: int = 32, hide_fla: bool | None = None, timeout: float = 900) -> dict:
-    "Load an export in a fresh interpreter that never imports taylor_calibrate; compare its logits and greedy tokens with hybrid `model`'s."
+    "Load an export in a fresh interpreter without taylor_calibrate, compare its logits and greedy tokens with `model`'s; list `engine_problems`."
     dev = next(model.parameters()).device
     hide_fla = dev.type == 'cpu' if hide_fla is None else hide_fla
     with tempfile.TemporaryDirectory() as d:
@@ -755,4 +783,5 @@ def check_export(model, path, input_ids, new_tokens: int = 32, hide_fla: bool | 
     diff = (got['logits'] - logits).abs().max().item()
     return dict(max_abs_diff=diff, max_rel_diff=diff / logits.abs().max().item(), same_tokens=torch.equal(got['tokens'], tokens),
                 tokens=tokens[0, ids.shape[1]:].tolist(), export_tokens=got['tokens'][0, ids.shape[1]:].tolist(),
-                model_class=got['model_class'], model_type=got['model_type'], imported=got['imported'])
+                model_class=got['model_class'], model_type=got['model_type'], imported=got['imported'],
+                engine_problems=engine_problems(json.loads((Path(path)/'config.json').read_text())))

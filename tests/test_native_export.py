@@ -58,8 +58,11 @@ def test_calibrated_qwen3_export_matches_the_hybrid(tmp_path):
     assert export_blockers(hybrid) == []
     export_hybrid(hybrid, tmp_path/'native')
     cfg = json.loads((tmp_path/'native'/'config.json').read_text())
-    assert (cfg['model_type'], cfg['architectures'], cfg['attention_bias']) == ('qwen3_5_text', ['Qwen3_5ForCausalLM'], True)
-    assert cfg['rope_parameters']['partial_rotary_factor'] == 1.0 and cfg['rms_norm_eps'] == 1e-5
+    assert (cfg['model_type'], cfg['architectures'], cfg['attention_bias']) == ('qwen3_5_text', ['Qwen3_5ForCausalLM'], False)
+    assert cfg['rope_parameters']['partial_rotary_factor'] == cfg['partial_rotary_factor'] == 1.0 and cfg['rms_norm_eps'] == 1e-5
+    from safetensors import safe_open
+    with safe_open(str(tmp_path/'native'/'model.safetensors'), 'pt') as st:   # serving engines drop attention biases: none is written
+        assert not [k for k in st.keys() if k.endswith('.bias')]
     assert (tmp_path/'native'/'calibration_report.json').exists()
     x = torch.randint(0, 96, (2, 100), generator=torch.Generator().manual_seed(4))
     got, rel, same = compare_in_fresh_interpreter(hybrid, tmp_path/'native', x, tmp_path)
@@ -135,3 +138,17 @@ def test_cli_dtype_loads_the_teacher_as_stored_by_default(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         dtypes[flag] = json.loads((tmp_path/flag/'model'/'config.json').read_text())['dtype']
     assert dtypes == {'auto': 'bfloat16', 'float32': 'float32'}
+
+def test_exporting_head_dimension_32_warns_that_vllms_cpu_kernel_refuses_it(tmp_path, caplog):
+    "The shipped tiny-qwen3 has head dimension 32: its export logs one line per engine problem, vLLM's CPU kernel first."
+    import logging
+    from taylor_calibrate.teacher import load_teacher
+    teacher, _ = load_teacher('tiny-qwen3')
+    hybrid = to_hybrid(teacher, [3, 7, 11])                   # where SGLang places attention with full_attention_interval 4
+    with caplog.at_level(logging.WARNING, logger='taylor_calibrate.convert'): export_hybrid(hybrid, tmp_path/'native')
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["vLLM's CPU build refuses GDN head dimension 32 (its CPU kernel takes 64 and 128; GPU engines accept 32)"], lines
+    assert json.loads((tmp_path/'native'/'config.json').read_text())['full_attention_interval'] == 4
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger='taylor_calibrate.convert'): export_hybrid(to_hybrid(teacher, [0, 4, 8]), tmp_path/'n2')
+    assert 'SGLang places attention by full_attention_interval (4: layers 3, 7, 11); this hybrid keeps 0, 4, 8' in [r.getMessage() for r in caplog.records]
