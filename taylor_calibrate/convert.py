@@ -754,7 +754,7 @@ a = json.loads(sys.argv[1])
 if a['hide_fla']: sys.modules['fla'] = None   # Python then treats fla as absent: transformers runs its own PyTorch delta rule
 import torch
 from transformers import AutoModelForCausalLM
-m = AutoModelForCausalLM.from_pretrained(a['path'], device_map=a['device']).eval()
+m = AutoModelForCausalLM.from_pretrained(a['path'], device_map=a['device'], dtype=getattr(torch, a['dtype'])).eval()
 ids = torch.load(a['ids']).to(a['device'])
 with torch.no_grad():
     logits = m(ids).logits.float().cpu()
@@ -764,16 +764,19 @@ torch.save(dict(logits=logits, tokens=tokens, model_class=type(m).__name__, mode
 """
 
 @torch.no_grad()
-def check_export(model, path, input_ids, new_tokens: int = 32, hide_fla: bool | None = None, timeout: float = 900) -> dict:
-    "Load an export in a fresh interpreter without taylor_calibrate, compare its logits and greedy tokens with `model`'s; list `engine_problems`."
+def check_export(model, path, input_ids, new_tokens: int = 32, hide_fla: bool | None = None, timeout: float = 900,
+                 dtype=torch.float32) -> dict:
+    "Load an export in a fresh interpreter without taylor_calibrate, compare its logits and greedy tokens with `model`'s (both in `dtype`); list `engine_problems`."
     dev = next(model.parameters()).device
     hide_fla = dev.type == 'cpu' if hide_fla is None else hide_fla
     with tempfile.TemporaryDirectory() as d:
         torch.save(input_ids.cpu(), Path(d)/'ids.pt')
-        args = dict(path=str(path), ids=str(Path(d)/'ids.pt'), out=str(Path(d)/'out.pt'), device=str(dev), new_tokens=new_tokens, hide_fla=hide_fla)
+        args = dict(path=str(path), ids=str(Path(d)/'ids.pt'), out=str(Path(d)/'out.pt'), device=str(dev), new_tokens=new_tokens,
+                    hide_fla=hide_fla, dtype=str(dtype).removeprefix('torch.'))
         r = subprocess.run([sys.executable, '-c', _CHECK_EXPORT, json.dumps(args)], capture_output=True, text=True, timeout=timeout)
         if r.returncode: raise RuntimeError(f'loading the export {path} failed:\n{r.stderr[-3000:]}')
         got = torch.load(Path(d)/'out.pt')
+    if next(model.parameters()).dtype != dtype: model = copy.deepcopy(model).to(dtype)   # like with like: rounding of one dtype
     was_training = model.training; model.eval()
     try:
         ids = input_ids.to(dev)

@@ -105,3 +105,28 @@ def test_a_write_killed_with_sigkill_leaves_the_old_output_and_its_temporary_is_
     assert r.returncode == 0, r.stderr
     assert f'removed {tmp_path/stale[0]}, left by an interrupted write' in r.stderr
     assert sorted(q.name for q in tmp_path.iterdir()) == ['export']
+
+def test_export_check_passes_under_the_defaults_on_a_bfloat16_hybrid(tmp_path):
+    "The shipped teachers are stored in bfloat16; `export --check` compares hybrid and export in float32, so rounding does not fail it."
+    import torch
+    from taylor_calibrate.teacher import load_teacher
+    from taylor_calibrate.convert import to_hybrid, save_hybrid
+    teacher, tok = load_teacher('tiny-qwen3', dtype=torch.bfloat16)
+    save_hybrid(to_hybrid(teacher, keep=[3, 7, 11]), tmp_path/'h', tok)
+    r = run('export', tmp_path/'h', '--out', tmp_path/'x', '--check')
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'both in float32' in r.stdout and "serving: vLLM's CPU build refuses GDN head dimension 32" in r.stdout
+    import re
+    rel = float(re.search(r'\(([0-9.e+-]+) of the largest logit\)', r.stdout)[1])
+    assert rel < 2 * 2**-8 and 'are that rounding, not the mapping' in r.stdout, r.stdout   # bfloat16's precision: 2**-8
+
+def test_convert_computes_in_float32_on_a_cpu_under_dtype_auto(tmp_path):
+    "A bfloat16 teacher directory converted with the default --dtype auto on a CPU is computed (and saved) in float32."
+    import torch
+    from taylor_calibrate.teacher import load_teacher
+    teacher, tok = load_teacher(dtype=torch.bfloat16)
+    teacher.save_pretrained(tmp_path/'teacher'); tok.save_pretrained(tmp_path/'teacher')
+    r = run('convert', '--teacher', tmp_path/'teacher', '--init', 'naive', '--out', tmp_path/'o')
+    assert r.returncode == 0, r.stderr
+    import json
+    assert json.loads((tmp_path/'o'/'model'/'config.json').read_text())['dtype'] == 'float32'
