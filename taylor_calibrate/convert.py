@@ -7,13 +7,13 @@ __all__ = ['logger', 'SUPPORTED_MODEL_TYPES', 'KV_COPIES', 'PAPER_GDN_OPTIONS', 
            'EXPORT_LAYOUTS', 'VLLM_CPU_GDN_HEAD_DIMS', 'decoder_layers', 'check_teacher', 'repeat_kv_heads',
            'copy_kv_rows_interleaved', 'fold_head_norm', 'attention_geometry', 'gdn_options_for',
            'copy_attention_into_gdn', 'state_tensors', 'GDNCacheLayer', 'gdn_cache_slot', 'GDNAttention',
-           'hybrid_model_type', 'teacher_model_type', 'write_calibration_report', 'read_calibration_report',
-           'HybridMixin', 'register_hybrid_types', 'hybrid_classes', 'parse_policy', 'kept_count', 'uniform_layers',
-           'resolve_keep', 'hybrid_spec', 'copy_module', 'to_hybrid', 'shared_weights', 'unshare_weights',
-           'converted_layers', 'gdn_modules', 'save_hybrid', 'load_hybrid', 'ar_scores', 'ga_s2_scores',
-           'select_layers', 'plot_layer_scores', 'gdn_state_bytes', 'cache_bytes', 'measured_cache_bytes',
-           'plot_cache_memory', 'export_blockers', 'attention_interval', 'to_native', 'engine_problems',
-           'export_hybrid', 'check_export']
+           'hybrid_model_type', 'teacher_model_type', 'check_converted_layers', 'write_calibration_report',
+           'read_calibration_report', 'HybridMixin', 'register_hybrid_types', 'hybrid_classes', 'parse_policy',
+           'kept_count', 'uniform_layers', 'resolve_keep', 'hybrid_spec', 'copy_module', 'to_hybrid', 'shared_weights',
+           'unshare_weights', 'converted_layers', 'gdn_modules', 'save_hybrid', 'load_hybrid', 'ar_scores',
+           'ga_s2_scores', 'select_layers', 'plot_layer_scores', 'gdn_state_bytes', 'cache_bytes',
+           'measured_cache_bytes', 'plot_cache_memory', 'export_blockers', 'attention_interval', 'to_native',
+           'engine_problems', 'export_hybrid', 'check_export']
 
 # %% ../nbs/04_convert.ipynb #c7c9de34
 import copy, importlib, inspect, json, logging, math, numbers, shutil, subprocess, sys, tempfile, warnings
@@ -229,11 +229,20 @@ def teacher_model_type(config) -> str | None:
     mt = getattr(config, 'model_type', None) or ''
     return mt[len(HYBRID_PREFIX):] if mt.startswith(HYBRID_PREFIX) else None
 
+def check_converted_layers(layers, num_layers: int, where=None) -> None:
+    "Raise one line, naming `where`'s config.json, unless `layers` is a sorted list of distinct layer indices in 0..num_layers-1."
+    ok = (isinstance(layers, list) and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in layers)
+          and layers == sorted(set(layers)))
+    if not ok:
+        src = f'{Path(where)/"config.json"}' if where else 'the config'
+        raise ValueError(f'{src}: taylor_calibrate.converted_layers is {layers!r}; expected distinct sorted layer indices in 0..{num_layers - 1}')
+
 def _install_gdn_layers(model):
     "Put a GDNAttention, built from `config.taylor_calibrate`, in every converted layer that has none yet; add the padding hooks."
     spec = getattr(model.config, 'taylor_calibrate', None)
     if not spec: raise ValueError(f'{type(model).__name__} needs a config with a taylor_calibrate section (converted layers, GDN options)')
     layers = decoder_layers(model)
+    check_converted_layers(spec.get('converted_layers'), len(layers), getattr(model.config, '_name_or_path', '') or None)
     for i in spec['converted_layers']:
         if isinstance(layers[i].self_attn, GDNAttention): continue
         gdn = GatedDeltaNet(**spec['gdn_options'], layer_idx=i)
@@ -360,16 +369,18 @@ def resolve_keep(keep, num_layers: int) -> list[int]:
         if name != 'uniform':
             raise ValueError(f'policy {keep!r} needs validation data: run `kept, scores = select_layers(teacher, {keep!r}, '
                              'tokenizer=...)` and pass `kept`')
-        return uniform_layers(num_layers, f)
+        return resolve_keep(uniform_layers(num_layers, f), num_layers)
     try: idx = list(keep)
     except TypeError: raise ValueError(f'keep must be a list of layer indices or a policy string, got {keep!r}') from None
     if any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in idx):
         raise ValueError(f'keep must hold integer layer indices, got {idx!r}')
     idx = [int(i) for i in idx]
     if not idx: raise ValueError('keep is empty: at least one layer must stay softmax attention (it carries the sequence length of the cache)')
-    if dup := sorted({i for i in idx if idx.count(i) > 1}): raise ValueError(f'keep lists layer(s) {dup} more than once')
-    if bad := [i for i in idx if not 0 <= i < num_layers]: raise ValueError(f'keep has layer(s) {bad} out of range 0..{num_layers - 1}')
-    if len(idx) == num_layers: warnings.warn(f'keep lists all {num_layers} layers: nothing to convert, the hybrid equals the teacher')
+    problems = []
+    if dup := sorted({i for i in idx if idx.count(i) > 1}): problems.append(f'lists layer(s) {dup} more than once')
+    if bad := [i for i in idx if not 0 <= i < num_layers]: problems.append(f'has layer(s) {bad} out of range 0..{num_layers - 1}')
+    if problems: raise ValueError(f'keep {idx} ' + '; '.join(problems))
+    if len(idx) == num_layers: raise ValueError(f'keep lists all {num_layers} layers: nothing would be converted; keep at most {num_layers - 1}')
     return sorted(idx)
 
 # %% ../nbs/04_convert.ipynb #8bbfe008
@@ -457,6 +468,9 @@ def save_hybrid(model, path, tokenizer=None, overwrite: bool = False) -> Path:
 def load_hybrid(path, **kwargs):
     "`AutoModelForCausalLM.from_pretrained(path, **kwargs)` for a saved hybrid; also reads directories written by version 0.1.0."
     from transformers import AutoConfig, AutoModelForCausalLM
+    from taylor_calibrate.teacher import looks_like_a_path, check_safetensors
+    if not Path(path).exists() and looks_like_a_path(path): raise FileNotFoundError(f'hybrid directory {path} does not exist')
+    if Path(path).is_dir(): check_safetensors(path)
     config = AutoConfig.from_pretrained(path, **{k: kwargs[k] for k in _HUB_KWARGS if k in kwargs})
     if teacher_model_type(config) is not None: return AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if not getattr(config, 'taylor_calibrate', None):

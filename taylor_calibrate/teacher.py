@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['DATA_DIR', 'CORPUS_DIR', 'TEACHER_DIR', 'SHIPPED_TEACHERS', 'SPLITS', 'load_corpus', 'corpus_token_ids',
-           'shipped_teachers', 'teacher_dir', 'load_teacher', 'perplexity', 'training_log', 'training_curve',
-           'attention_maps', 'attention_heatmap']
+           'shipped_teachers', 'teacher_dir', 'looks_like_a_path', 'check_safetensors', 'load_teacher', 'perplexity',
+           'training_log', 'training_curve', 'attention_maps', 'attention_heatmap']
 
 # %% ../nbs/02_teacher.ipynb #39431263
 import gzip, json, math
@@ -53,18 +53,34 @@ def teacher_dir(name: str | None = None) -> Path:
     if name not in shipped_teachers(): raise FileNotFoundError(f'the shipped teacher {name!r} is not installed at {SHIPPED_TEACHERS[name]}')
     return SHIPPED_TEACHERS[name]
 
+def looks_like_a_path(name: str) -> bool:
+    "Whether `name` is meant as a local path rather than a hub name ('org/model' or 'model'): it starts with / . ~ or has several parts."
+    s = str(name)
+    return s.startswith(('/', '.', '~')) or s.count('/') > 1 or '\\' in s
+
+def check_safetensors(folder) -> None:
+    "Raise one line naming the first `*.safetensors` file in `folder` that is truncated or not a safetensors file."
+    from safetensors import safe_open
+    for f in sorted(Path(folder).glob('*.safetensors')):
+        try:
+            with safe_open(str(f), 'pt'): pass
+        except Exception as e:
+            raise ValueError(f'{f} is truncated or not a safetensors file ({str(e).splitlines()[0]})') from None
+
 def load_teacher(name_or_dir: str | Path | None = None, dtype=torch.float32, device='cpu'):
     "Load a causal LM and its tokenizer: a shipped teacher by name (default `tiny-qwen2`), else a hub name or a local directory."
     from transformers import AutoModelForCausalLM, AutoTokenizer
     shipped = name_or_dir is None or name_or_dir in SHIPPED_TEACHERS
     src = teacher_dir(name_or_dir) if shipped else name_or_dir
-    p = Path(src)
+    p = Path(src).expanduser()
+    if not shipped and not p.exists() and looks_like_a_path(src): raise FileNotFoundError(f'teacher directory {p} does not exist')
     if shipped or p.exists():
         if not p.is_dir(): raise FileNotFoundError(f'teacher path {p} is not a directory')
         missing = [f for f in _REQUIRED if not (p/f).exists()
                    and not (f == 'model.safetensors' and any(p.glob('model*.safetensors')))]
         if missing: raise FileNotFoundError(f'teacher directory {p} lacks {", ".join(missing)}; '
                                             f'a teacher directory needs {", ".join(_REQUIRED)} (as written by save_pretrained)')
+        check_safetensors(p)
         src = str(p)
     model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype).to(device).eval()
     tok = AutoTokenizer.from_pretrained(src)
