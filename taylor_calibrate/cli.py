@@ -130,12 +130,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 # %% ../nbs/80_cli.ipynb #9752a7ae
+def _check_text_file(f: Path):
+    "Raise one line unless `f` is a file of UTF-8 text with something besides whitespace in it."
+    if f.is_dir(): raise ValueError(f'--data {f} is a folder: name its text files, comma-separated')
+    head = f.read_bytes()[:1 << 16]
+    try: text = head.decode('utf-8')
+    except UnicodeDecodeError as e:
+        if len(head) - e.start > 4: raise ValueError(f'--data {f} is not a UTF-8 text file (byte {e.start})') from None
+        text = head[:e.start].decode('utf-8')   # a character cut at the end of the first 64 KiB
+    if '\x00' in text: raise ValueError(f'--data {f} is a binary file, not text')
+    if not text.strip(): raise ValueError(f'--data {f} has no text')
+
 def load_data_spec(spec: str):
     "Calibration data from a spec: a shipped split name, local text files (comma-separated), or a hub dataset NAME:CONFIG:SPLIT."
     from taylor_calibrate.teacher import SPLITS
     if spec in SPLITS: return spec
     files = [f for f in spec.split(',') if f]
     if all(Path(f).exists() for f in files):
+        for f in files: _check_text_file(Path(f))
         from datasets import load_dataset
         ds = load_dataset('text', data_files=files, split='train')
         return ds.filter(lambda r: bool(r['text'].strip()))
@@ -201,9 +213,10 @@ def run_diagnose(args) -> int:
     from taylor_calibrate.teacher import load_teacher
     from taylor_calibrate.regime import regime_table, naive_verdict
     inits = [i.strip() for i in args.inits.split(',') if i.strip()]
+    data, heldout, keep = load_data_spec(args.data), load_data_spec(args.heldout), parse_keep(args.keep)
     teacher, tok = load_teacher(args.teacher, dtype=compute_dtype(args.dtype))
-    table = regime_table(teacher, load_data_spec(args.data), keep=parse_keep(args.keep), tokenizer=tok, inits=inits,
-                         heldout=load_data_spec(args.heldout), heldout_tokens=args.heldout_tokens, seq_len=args.seq_len, seed=args.seed)
+    table = regime_table(teacher, data, keep=keep, tokenizer=tok, inits=inits,
+                         heldout=heldout, heldout_tokens=args.heldout_tokens, seq_len=args.seq_len, seed=args.seed)
     print(table.to_string(index=False, float_format=lambda v: f'{v:.4g}'))
     if 'naive' in inits: print(naive_verdict(table))
     return 0
@@ -234,11 +247,12 @@ def run_distill(args) -> int:
     from taylor_calibrate.convert import load_hybrid, save_hybrid
     from taylor_calibrate.core import token_windows
     from taylor_calibrate.distill import distill
+    if args.eval_data == args.data: raise ValueError(f'--eval-data {args.eval_data!r} is the training data: name held-out text')
+    train_spec, eval_spec = load_data_spec(args.data), load_data_spec(args.eval_data)
     student = load_hybrid(_hybrid_dir(args.student), dtype=compute_dtype(args.dtype))
     teacher, tok = load_teacher(args.teacher, dtype=compute_dtype(args.dtype))
-    data = token_windows(load_data_spec(args.data), tok, args.seq_len, max_tokens=args.tokens)
-    held = token_windows(load_data_spec(args.eval_data), tok, args.seq_len, max_tokens=args.eval_tokens) if args.eval_data != 'train' else None
-    if held is None: raise ValueError('--eval-data must not be the training split')
+    data = token_windows(train_spec, tok, args.seq_len, max_tokens=args.tokens)
+    held = token_windows(eval_spec, tok, args.seq_len, max_tokens=args.eval_tokens)
     log = distill(student, teacher, data, tokens=args.tokens, seq_len=args.seq_len, batch_size=args.batch_size, grad_accum=args.grad_accum,
                   lr_mixer=args.lr_mixer, lr_rest=args.lr_rest, schedule=args.schedule, warmup_tokens=args.warmup_tokens,
                   ce_weight=args.ce_weight, eval_data=held, eval_tokens=args.eval_tokens, checkpoint_dir=args.checkpoint_dir, seed=args.seed)
@@ -282,10 +296,23 @@ def run_export(args) -> int:
               f'{str(dt)[6:]} precision, {torch.finfo(dt).eps:.1e} of a value, are that rounding, not the mapping; see 04_convert)')
     return 0 if res['same_tokens'] else 1
 
+def _report_of_a_hybrid(d: Path) -> int:
+    "Print the calibration report saved with a hybrid (`d` or its model/ subfolder) and, for a distill output, its last log rows."
+    from taylor_calibrate.convert import read_calibration_report
+    m = _hybrid_dir(d)
+    rep = read_calibration_report(m) if m.is_dir() else None
+    if rep is None: raise FileNotFoundError(f'{d} has no reports.json or calibration_report.json: not a folder written by demo, '
+                                            'convert, distill or save_hybrid')
+    print(f'{rep.init}:'); print(rep.layers_frame().to_string(index=False))
+    if (d/'distill_log.json').exists():
+        from taylor_calibrate.distill import DistillLog
+        print('\ndistillation (last rows):'); print(DistillLog.from_json(d/'distill_log.json').to_frame().tail(3).to_string(index=False))
+    return 0
+
 def run_report(args) -> int:
     "`taylor-calibrate report DIR`: print the perplexities and per-layer fits a saved run measured."
     d = Path(args.dir)
-    if not (d/'reports.json').exists(): raise FileNotFoundError(f'{d} has no reports.json: not a folder written by demo or convert')
+    if not (d/'reports.json').exists(): return _report_of_a_hybrid(d)
     from taylor_calibrate.core import CalibrationReport
     if (d/'perplexity.json').exists():
         for k, v in json.loads((d/'perplexity.json').read_text()).items(): print(f'{k:10} test perplexity {v:10.2f}')

@@ -55,7 +55,7 @@ def token_windows(data, tokenizer=None, seq_len: int = 512, max_tokens: int | No
         if tokenizer is None: raise ValueError('calibrating on text needs tokenizer=')
         ids = _texts_to_ids(texts, tokenizer, max_tokens)
     n = ids.numel() // seq_len
-    if n == 0: raise ValueError(f'the calibration data has {ids.numel()} tokens, fewer than one window of seq_len={seq_len}')
+    if n == 0: raise ValueError(f'the data has {ids.numel()} tokens, fewer than one window of seq_len={seq_len}')
     return ids[:n*seq_len].view(n, seq_len)
 
 # %% ../nbs/05_calibrate.ipynb #99405bb5
@@ -425,9 +425,13 @@ def _windows_needed(tokens, seq_len): return max(1, math.ceil(tokens / seq_len))
 
 def _check_vocab(teacher, tokenizer, windows=None):
     V = teacher.get_input_embeddings().weight.shape[0]
-    if tokenizer is not None and len(tokenizer) > V:
+    if tokenizer is not None and not V / 2 <= len(tokenizer) <= V:
         raise ValueError(f'the tokenizer has {len(tokenizer)} tokens but the teacher\'s embedding has {V} rows: '
                          'teacher and tokenizer do not belong together')
+    if tokenizer is not None and (eos := getattr(teacher.config, 'eos_token_id', None)) is not None and tokenizer.eos_token_id is not None:
+        if tokenizer.eos_token_id not in (eos if isinstance(eos, (list, tuple)) else [eos]):
+            raise ValueError(f"the tokenizer's end token is id {tokenizer.eos_token_id} but the teacher's config says {eos}: "
+                             'teacher and tokenizer do not belong together')
     if windows is not None and int(windows.max()) >= V:
         raise ValueError(f'the calibration data has token id {int(windows.max())} but the teacher\'s vocabulary has {V} tokens')
 
@@ -451,6 +455,9 @@ def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None,
     t_start = time.time()
     recipe = get_recipe(init)
     over = {k: v for k, v in dict(calib_tokens=calib_tokens, heldout_tokens=heldout_tokens, steps=steps).items() if v is not None}
+    for k, v in over.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f'{k}={v!r}: a budget must be a positive integer' + ("; for no Phase 2 at all use init='phase1'" if k == 'steps' else ''))
     recipe = replace(recipe, **over)
     device = torch.device(device) if device is not None else default_device()
     _check_vocab(teacher, tokenizer)

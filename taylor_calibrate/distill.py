@@ -154,7 +154,7 @@ def latest_checkpoint(checkpoint_dir) -> Path | None:
         p = Path(checkpoint_dir)/name
         if (p/STATE).exists(): return p
         if p.is_dir(): raise ValueError(f'{p} has no {STATE}: not a checkpoint written by distill (another program, or an older format); '
-                                        'pass resume=False to replace it, or another checkpoint_dir')
+                                        'pass resume=False to replace it, or another checkpoint_dir (on the command line: another --checkpoint-dir)')
     return None
 
 def read_checkpoint(path) -> dict:
@@ -357,7 +357,7 @@ def distill(student,                                 # the model to train, in pl
         old = saved['state']['config']
         diff = [f'{k}: checkpoint {old.get(k)!r}, now {config[k]!r}' for k in _RESUME_KEYS if old.get(k) != config[k]]
         if diff: raise ValueError(f'cannot resume from {ckpt}: it was written for other settings or data ({"; ".join(diff)}); '
-                                  'pass resume=False to start over, or another checkpoint_dir')
+                                  'pass resume=False to start over, or another checkpoint_dir (on the command line: another --checkpoint-dir)')
 
     sampler = EpochSampler(len(windows), seed)
     loader = torch.utils.data.DataLoader(_Rows(windows), batch_size=batch_size, sampler=sampler, drop_last=True,

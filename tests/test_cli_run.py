@@ -27,6 +27,10 @@ def test_demo_quick(tmp_path):
     cfg = log['config']
     assert (cfg['grad_accum'], cfg['tokens_per_step'], cfg['schedule'], cfg['warmup_steps']) == (2, 256, 'cosine', 1)
     assert log['lr'][0] == 0.0 and log['lr'][1] == 1e-4 and log['lr'][1] > log['lr'][2] > log['lr'][3] > 0   # warm-up, then cosine decay
+    r = run('report', out/'model')                       # a hybrid's own folder: its calibration report
+    assert r.returncode == 0 and r.stdout.startswith('taylor+:'), r.stderr
+    r = run('report', tmp_path/'distilled')              # a distill output: the student's report and the last log rows
+    assert r.returncode == 0 and 'distillation (last rows):' in r.stdout, r.stderr
 
 def test_convert_local_teacher_dir(tmp_path):
     from taylor_calibrate.teacher import load_teacher

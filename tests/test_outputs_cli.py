@@ -130,3 +130,33 @@ def test_convert_computes_in_float32_on_a_cpu_under_dtype_auto(tmp_path):
     assert r.returncode == 0, r.stderr
     import json
     assert json.loads((tmp_path/'o'/'model'/'config.json').read_text())['dtype'] == 'float32'
+
+def one_line_error(r, *needles):
+    lines = [l for l in r.stderr.strip().splitlines() if 'Loading weights' not in l]   # transformers' own progress bar aside
+    assert r.returncode == 1 and len(lines) == 1 and all(n in lines[0] for n in needles), r.stderr
+    return lines[0]
+
+def test_bad_input_is_one_line_before_any_compute(tmp_path, hybrid_dir):
+    "Each bad input ends with exit code 1 and one line on stderr naming the problem; no output folder appears."
+    from taylor_calibrate.teacher import teacher_dir
+    teacher = teacher_dir()
+    (tmp_path/'empty.txt').write_text('')
+    (tmp_path/'weights.bin').write_bytes(bytes(range(256)) * 64)
+    (tmp_path/'datadir').mkdir()
+    cases = [
+        (('convert', '--teacher', './no-such-dir'), ('teacher directory no-such-dir does not exist',)),
+        (('convert', '--teacher', teacher, '--data', tmp_path/'empty.txt'), ('empty.txt has no text',)),
+        (('convert', '--teacher', teacher, '--data', tmp_path/'weights.bin'), ('weights.bin is not a UTF-8 text file',)),
+        (('convert', '--teacher', teacher, '--data', tmp_path/'datadir'), ('datadir is a folder',)),
+        (('convert', '--teacher', teacher, '--keep', '0,1,2,3,4,5,6,7'), ('keep lists all 8 layers: nothing would be converted',)),
+        (('convert', '--teacher', teacher, '--keep', '0,0,99'), ('more than once', 'out of range')),
+        (('convert', '--teacher', teacher, '--init', 'magic'), ("unknown init 'magic'",)),
+        (('convert', '--teacher', teacher, '--steps', '0'), ('steps=0: a budget must be a positive integer',)),
+    ]
+    for args, needles in cases:
+        one_line_error(run(*args, '--out', tmp_path/'out'), *needles)
+    broken = tmp_path/'broken'; broken.mkdir()
+    for f in hybrid_dir.iterdir(): (broken/f.name).write_bytes(f.read_bytes())
+    (broken/'model.safetensors').write_bytes((hybrid_dir/'model.safetensors').read_bytes()[:5000])
+    one_line_error(run('export', broken, '--out', tmp_path/'out'), 'model.safetensors is truncated or not a safetensors file')
+    assert not (tmp_path/'out').exists()
