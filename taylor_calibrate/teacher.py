@@ -82,7 +82,10 @@ def load_teacher(name_or_dir: str | Path | None = None, dtype=torch.float32, dev
                                             f'a teacher directory needs {", ".join(_REQUIRED)} (as written by save_pretrained)')
         check_safetensors(p)
         src = str(p)
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype).to(device).eval()
+    try: model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype).to(device).eval()
+    except OSError as e:
+        if shipped or p.exists(): raise
+        raise OSError(f'{src!r} is no local directory, and the hub gave no model of that name: {str(e).splitlines()[0]}') from None
     tok = AutoTokenizer.from_pretrained(src)
     return model, tok
 

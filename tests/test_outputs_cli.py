@@ -160,3 +160,9 @@ def test_bad_input_is_one_line_before_any_compute(tmp_path, hybrid_dir):
     (broken/'model.safetensors').write_bytes((hybrid_dir/'model.safetensors').read_bytes()[:5000])
     one_line_error(run('export', broken, '--out', tmp_path/'out'), 'model.safetensors is truncated or not a safetensors file')
     assert not (tmp_path/'out').exists()
+
+def test_an_unknown_hub_name_is_one_line(tmp_path):
+    "A bare name that is neither a shipped teacher, a local directory nor (offline here) a hub model: one line."
+    r = subprocess.run([EXE, 'convert', '--teacher', 'no-such-model-xyz', '--out', str(tmp_path/'o')], capture_output=True, text=True,
+                       env={**os.environ, 'HF_HUB_OFFLINE': '1'})
+    one_line_error(r, "'no-such-model-xyz' is no local directory, and the hub gave no model of that name")
