@@ -92,7 +92,7 @@ def run_recovery(job, teacher, tok, valid_ids, a):
     return dict(log=json.loads(log.to_json()), distill_s=time.time() - t0)
 
 def setup_of(a, test_ids, valid_ids):
-    teacher = {} if a.teacher is None else dict(teacher=a.teacher)     # the default teacher's ledger predates this key
+    teacher = {} if a.teacher is None else dict(teacher=a.teacher)     # the default teacher's ledger has no such key
     s = dict(**teacher, eval_split='test', eval_tokens=test_ids.numel(), selection_split='valid', calib_split='train', valid_tokens=valid_ids.numel(),
              mini=a.mini, budget=budget(a), recovery_tokens=a.recovery_tokens, seq_len=a.seq_len, batch_size=a.batch_size,
              torch=torch.__version__)
