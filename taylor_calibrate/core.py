@@ -282,12 +282,13 @@ def phase1(gdn: GatedDeltaNet, head_stats: dict, x: torch.Tensor, context: torch
     beta_star = beta_target(c, recipe.beta_lo, recipe.beta_span)
     set_decay(gdn, head_stats['mean_distance'], x, mask, exact=recipe.exact_decay)
     set_write_gate(gdn, beta_star, x, mask, exact=recipe.exact_beta)
+    gate = lambda: set_output_gate(gdn, context, x, mask, recipe.damping) if gdn.use_gate else math.nan   # a layer may have no gate
     if recipe.acting_scale:
-        alpha = set_output_gate(gdn, context, x, mask, recipe.damping)
+        alpha = gate()
         sigma = set_value_scale(gdn, context, x, mask, acting=True)
     else:
         sigma = set_value_scale(gdn, context, x, mask, acting=False)
-        alpha = set_output_gate(gdn, context, x, mask, recipe.damping)
+        alpha = gate()
     return dict(concentration=c, beta_star=beta_star, dt_bias=gdn.dt_bias.detach().clone(), sigma=sigma, alpha=alpha)
 
 # %% ../nbs/05_calibrate.ipynb #602666ec
@@ -459,6 +460,9 @@ def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None,
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f'{k}={v!r}: a budget must be a positive integer' + ("; for no Phase 2 at all use init='phase1'" if k == 'steps' else ''))
     recipe = replace(recipe, **over)
+    if recipe.zero_gate and not (gdn_options or {}).get('use_gate', True):
+        raise ValueError(f"init {recipe.name!r} zeroes the GDN output gate, and gdn_options use_gate=False makes layers without one: "
+                         "that is init='naive'")
     device = torch.device(device) if device is not None else default_device()
     _check_vocab(teacher, tokenizer)
     torch.manual_seed(seed)
