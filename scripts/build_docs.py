@@ -132,6 +132,11 @@ def _plotly_to_html(nb):
 
 _SHOW_DOC = re.compile(r'^(show_doc\(.*\))\s*$')
 
+def is_show_doc(cell):
+    "Cells of `show_doc(...)` lines only: the page shows the documentation they render, not the call."
+    lines = strip_directives(cell.source).splitlines() if cell.cell_type == 'code' else []
+    return bool(lines) and all(_SHOW_DOC.match(l) for l in lines)
+
 def _display_each_show_doc(src):
     "A cell of several `show_doc(...)` lines shows each one (as nbdev's docs do), not only the last."
     lines = strip_directives(src).splitlines()
@@ -187,8 +192,8 @@ def save_text_outputs(nb_path, flags=None):
 
 def page_name(nb_path): return Path(nb_path).stem + '.html'
 
-def render(nb, title, nav, flags):
-    "HTML for an executed notebook: hidden cells dropped, directives stripped, plotly made local."
+def render(nb, title, nav, flags, pager=''):
+    "HTML for an executed notebook: hidden cells dropped, directives stripped, plotly made local; `pager` ends the page."
     from nbconvert import HTMLExporter
     nb = copy.deepcopy(nb)
     nb.metadata.pop('widgets', None)          # widget state would load the widget manager from a CDN
@@ -202,7 +207,7 @@ def render(nb, title, nav, flags):
         for o in c.get('outputs', []):
             md = o.get('data', {}).get('text/markdown')
             if md: o['data']['text/markdown'] = math_to_placeholders(_QUARTO_ATTRS.sub('', md if isinstance(md, str) else ''.join(md)), maths)
-        if is_echo_false(c): c.metadata['tags'] = [*c.metadata.get('tags', []), 'remove_input']   # before the directives go
+        if is_echo_false(c) or is_show_doc(c): c.metadata['tags'] = [*c.metadata.get('tags', []), 'remove_input']   # before the directives go
         if is_folded(c): c.metadata['tags'] = [*c.metadata.get('tags', []), 'tc-fold']
         if c.cell_type == 'code': c.source = strip_directives(c.source)
         if c.cell_type == 'markdown':
@@ -217,7 +222,7 @@ def render(nb, title, nav, flags):
     body = _REMOTE_SCRIPT.sub('', body)                              # require.js from a CDN: nothing here needs it
     head = f'<script src="plotly.min.js"></script>\n<style>{SITE_CSS}</style>\n'
     body = body.replace('<head>', '<head>\n' + head, 1)
-    body = body.replace('</body>', f'<script>{FOLD_JS}</script>\n</body>', 1)
+    body = body.replace('</body>', f'{pager}\n<script>{FOLD_JS}</script>\n</body>', 1)
     return re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + '\n' + nav + '\n' + toc_html(body), body, count=1)
 
 SITE_CSS = """
@@ -226,7 +231,9 @@ body.jp-Notebook { margin: 0 250px 0 290px; padding: 20px 28px 60px; max-width: 
           background: #f7f7f9; border-right: 1px solid #ddd; font: 14px/1.45 system-ui, sans-serif; }
 .tc-nav .tc-site { display: block; font-size: 17px; font-weight: 600; margin-bottom: 12px; color: #222; text-decoration: none; }
 .tc-nav .tc-section { margin: 14px 0 4px; color: #666; font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
-.tc-nav a, .tc-toc a { color: #2a5db0; text-decoration: none; }
+.tc-nav a, .tc-toc a, .tc-pager a { color: #2a5db0; text-decoration: none; }
+.tc-pager { display: flex; justify-content: space-between; margin: 40px 0 0; padding-top: 14px; border-top: 1px solid #ddd;
+            font: 15px/1.45 system-ui, sans-serif; }
 .tc-nav li, .tc-toc li { list-style: none; margin: 3px 0; }
 .tc-nav ul, .tc-toc ul { padding-left: 0; margin: 0; }
 .tc-nav .tc-current { font-weight: 600; color: #111; }
@@ -243,6 +250,14 @@ FOLD_JS = """document.querySelectorAll('.celltag_tc-fold .jp-Cell-inputWrapper')
   var d = document.createElement('details'), s = document.createElement('summary');
   d.className = 'tc-fold'; s.textContent = 'Code'; d.appendChild(s); w.parentNode.insertBefore(d, w); d.appendChild(w); });"""
 
+def pager_html(sections, current):
+    "Links to the previous and the next page in reading order, for the foot of a page."
+    order = [(p, t) for _, pages in sections for p, t in pages]
+    i = [p for p, _ in order].index(current)
+    prev = f'<a class="tc-prev" href="{order[i - 1][0]}">&larr; {html.escape(order[i - 1][1])}</a>' if i > 0 else '<span></span>'
+    nxt = f'<a class="tc-next" href="{order[i + 1][0]}">{html.escape(order[i + 1][1])} &rarr;</a>' if i + 1 < len(order) else '<span></span>'
+    return f'<nav class="tc-pager">{prev}{nxt}</nav>'
+
 def nav_html(site_title, sections, current):
     "The left sidebar: the site's title, then each section's pages in reading order, the current one marked."
     out = [f'<nav class="tc-nav"><a class="tc-site" href="index.html">{html.escape(site_title)}</a>']
@@ -253,10 +268,12 @@ def nav_html(site_title, sections, current):
     return '\n'.join(out) + '</nav>'
 
 _HEADING = re.compile(r'<h([23]) id="([^"]+)">(.*?)<a class="anchor-link"', re.S)
+_MARKDOWN_CELL = re.compile(r'<div[^>]*class="jp-Cell jp-MarkdownCell.*?(?=<div[^>]*class="jp-Cell |\Z)', re.S)
 
 def toc_html(body):
-    "The page's table of contents: a link to every second- and third-level heading."
-    items = [f'<li class="tc-h{lvl}"><a href="#{hid}">{text}</a></li>' for lvl, hid, text in _HEADING.findall(body)]
+    "The page's table of contents: a link to every second- and third-level heading of its prose (not of the API docs)."
+    prose = ''.join(m.group(0) for m in _MARKDOWN_CELL.finditer(body))
+    items = [f'<li class="tc-h{lvl}"><a href="#{hid}">{text}</a></li>' for lvl, hid, text in _HEADING.findall(prose)]
     return f'<nav class="tc-toc"><div class="tc-toc-title">On this page</div><ul>{"".join(items)}</ul></nav>' if items else ''
 
 def notebook_title(nb, fallback):
@@ -301,7 +318,8 @@ def build_html(nbs=ROOT/'nbs', out=ROOT/'_docs', only=None, execute_nbs=True, fl
         if only and p.name not in only and p.stem not in only: continue
         t0, page = time.time(), page_name(p)
         if execute_nbs: nb = execute(nb, p.parent, flags)
-        (out/page).write_text(render(nb, notebook_title(nb, p.stem), nav_html(site_title, nav, page), flags), encoding='utf-8')
+        (out/page).write_text(render(nb, notebook_title(nb, p.stem), nav_html(site_title, nav, page), flags, pager_html(nav, page)),
+                              encoding='utf-8')
         print(f'{p.name} -> {out/page} ({time.time()-t0:.1f}s)', flush=True)
         done.append(out/page)
     return done

@@ -24,6 +24,7 @@ INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
 ORDER = (1.0, 100.0, 0.1, 10.0, 30.0, 0.3, 3.0)   # the expensive inits: the extremes and the real-model range first
 RETENTION_K, RETENTION, RETENTION_INITS = 10.0, (0.25, 0.5, 0.75), ('naive', 'taylor', 'taylor+')
 LLAMA_CONTEXT_RMS = (0.017, 0.145)      # teacher context RMS range in the reference implementation's Llama-3.2-3B logs
+                                        # (`teacher_rms` of its Phase-1 log lines, GA-S2 layer-selection probe, released results)
 
 def job(k, init, seed, keep='uniform:0.25', gauge_fix=False):
     return dict(kind='gauge', k=k, init=init, seed=seed, keep=keep, gauge_fix=gauge_fix)

@@ -52,6 +52,19 @@ def test_pages_use_one_local_plotly(site):
     assert 'celltag_tc-fold' in html and 'FOLDED_SOURCE' in html, 'a folded cell keeps its source, marked for folding'
     toc = re.search(r'<nav class="tc-toc">.*?</nav>', html, re.S).group(0)
     assert 'href="#A-section"' in toc and 'class="tc-h3"' in toc, 'the table of contents lists the page headings'
+    assert 'show_doc(&quot;first&quot;)' not in html and 'show_doc("first")' not in html, 'show_doc calls show their documentation only'
+    pager = re.search(r'<nav class="tc-pager">.*?</nav>', html, re.S).group(0)
+    assert 'href="b_page.html"' in pager and 'tc-prev' not in pager, 'the foot of a page links the next page in reading order'
+
+def test_the_table_of_contents_lists_the_prose_headings_only(tmp_path):
+    nbs = tmp_path/'nbs'; nbs.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell('# Page\n\n## Prose section'),
+        nbformat.v4.new_code_cell('from IPython.display import Markdown\nMarkdown("### api_function\\n\\nits documentation")')]), nbs/'p.ipynb')
+    build_docs.build_html(nbs, tmp_path/'_docs', flags=[])
+    html = (tmp_path/'_docs'/'p.html').read_text()
+    toc = re.search(r'<nav class="tc-toc">.*?</nav>', html, re.S).group(0)
+    assert 'Prose section' in toc and 'api_function' not in toc and 'api_function' in html
 
 def test_navigation_from_the_quarto_project(tmp_path):
     (tmp_path/'nbs').mkdir()

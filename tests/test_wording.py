@@ -35,7 +35,8 @@ WORDING = {
     'lent': re.compile(r'\blent\b', re.I),
     'issue number': re.compile(r'\bissues?[\s-]*(?:no\.?\s*)?#?\s*\d+', re.I),
     'issue #N': re.compile(r'(?<![\w&#/\\])#\d+\b'),
-    'build history': re.compile(r'\b(?:found after|predates?|now (?:also )?(?:includes?|records?)|run so far|former floors?|if time runs out)\b', re.I),
+    'build history': re.compile(r'\b(?:found after|predates?|now (?:also )?(?:includes?|records?)|run so far|former floors?|if time runs out'
+                               r'|\d+ to go|while the [\w -]+ (?:was|were) (?:written|built)|(?:was|were) (?:made|run|written) earlier)\b', re.I),
 }
 PATH = re.compile(r'(?<![\w./-])(?:\.\./)?((?:bench|scripts|taylor_calibrate|nbs|tests)/[\w./-]*\w)')
 OUTPUT_OPTION = re.compile(r'--(?:out|out-dir|output|checkpoint-dir)[= ]\s*$')
