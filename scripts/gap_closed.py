@@ -11,7 +11,7 @@ and split naive/taylor = (naive/zero_gate) x (zero_gate/taylor): the "regime" ef
 times what the calibrated converted layers carry beyond silence.
 
 Inputs (nothing is measured here):
-- the paper's rows: `PAPER` below, typed from /work/shared/research/reference-implementation.md (the authors' released
+- the paper's rows: `PAPER` below, typed from the project's research notes on the reference implementation (reference-implementation.md: the authors' released
   result files, as extracted there); every number carries the line it comes from, and when that file is present the
   script checks that each number is on its cited line.
 - this package's rows: bench/results/experiments/experiments.json (teacher tiny-qwen2),
