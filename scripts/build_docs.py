@@ -242,6 +242,9 @@ body.jp-Notebook { margin: 0 250px 0 290px; padding: 20px 28px 60px; max-width: 
 .tc-toc .tc-toc-title { font-weight: 600; margin-bottom: 6px; }
 .tc-toc li.tc-h3 { padding-left: 12px; }
 details.tc-fold > summary { cursor: pointer; color: #555; font: 13px system-ui, sans-serif; padding: 2px 0; }
+.jp-InputArea-editor, .jp-InputArea-editor .highlight, .jp-InputArea-editor pre { overflow-x: auto; }
+.jp-InputArea-editor pre { white-space: pre; font-size: 12.5px; }
+.jp-OutputArea-output pre { white-space: pre; word-break: normal; overflow-wrap: normal; overflow-x: auto; font-size: 12.5px; }
 @media (max-width: 1250px) { .tc-toc { display: none; } body.jp-Notebook { margin-right: 0; } }
 @media (max-width: 800px) { .tc-nav { position: static; width: auto; border: 0; } body.jp-Notebook { margin-left: 0; } }
 """
