@@ -154,8 +154,8 @@ def package_logprobs(directory: Path, prompts) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- vLLM
 
-def vllm_generate(base: str, prompts, new_tokens: int = NEW_TOKENS, timeout: float = 300) -> list[tuple[list[int], list[float]]]:
-    "Greedy continuations of `prompts` (token ids) in one request: (new token ids, their log-probabilities) per prompt."
+def _greedy_request(base: str, prompts, new_tokens: int, timeout: float = 300) -> tuple[list[tuple[list[int], list[float]]], dict]:
+    "One greedy /v1/completions request for `prompts` (token ids): ((new token ids, their log-probabilities) per prompt, usage)."
     body = dict(model='hybrid', prompt=prompts, max_tokens=new_tokens, min_tokens=new_tokens, temperature=0.0, logprobs=0,
                 return_tokens_as_token_ids=True)
     r = _post(base + '/v1/completions', body, timeout)
@@ -163,7 +163,11 @@ def vllm_generate(base: str, prompts, new_tokens: int = NEW_TOKENS, timeout: flo
     for choice in sorted(r['choices'], key=lambda c: c['index']):
         lp = choice['logprobs']
         out.append(([int(t.split(':', 1)[1]) for t in lp['tokens']], [float(x) for x in lp['token_logprobs']]))
-    return out
+    return out, r.get('usage') or {}
+
+def vllm_generate(base: str, prompts, new_tokens: int = NEW_TOKENS, timeout: float = 300) -> list[tuple[list[int], list[float]]]:
+    "Greedy continuations of `prompts` (token ids) in one request: (new token ids, their log-probabilities) per prompt."
+    return _greedy_request(base, prompts, new_tokens, timeout)[0]
 
 
 def package_continuation_logprobs(directory: Path, prompts, continuations, dtype: str = 'bfloat16') -> list[list[float]]:
@@ -333,17 +337,13 @@ def check_family(py: Path, family: str, work: Path, init: str, lengths, core: in
     res['pass_decode'] = res['decode_vs_package_bf16'] <= tol
     res['pass_greedy'] = res['greedy_agree'] == res['greedy_checked']
     res['pass'] = res['pass_logprobs'] and res['pass_batched'] and res['pass_decode'] and res['pass_greedy']
-    res['_shared'] = dict(prompts=shared, single=single[n:])
     return res
 
 
 def _generate_with_usage(base: str, prompt, new_tokens: int) -> tuple[list[int], list[float], int]:
-    body = dict(model='hybrid', prompt=[prompt], max_tokens=new_tokens, min_tokens=new_tokens, temperature=0.0, logprobs=0,
-                return_tokens_as_token_ids=True)
-    r = _post(base + '/v1/completions', body, 300)
-    lp = r['choices'][0]['logprobs']
-    cached = ((r.get('usage') or {}).get('prompt_tokens_details') or {}).get('cached_tokens') or 0
-    return [int(t.split(':', 1)[1]) for t in lp['tokens']], [float(x) for x in lp['token_logprobs']], cached
+    "A greedy continuation of one prompt: new token ids, their log-probabilities, and how many prompt tokens came from the cache."
+    (out,), usage = _greedy_request(base, [prompt], new_tokens)
+    return (*out, (usage.get('prompt_tokens_details') or {}).get('cached_tokens') or 0)
 
 
 def check_prefix_caching(py: Path, fam: dict, work: Path, core: int) -> dict:
@@ -508,7 +508,6 @@ def main(argv=None) -> int:
         if a.throughput:
             extra['throughput'] = check_throughput(py, work, a.cpu_core)
             print(f"[throughput] hybrid / teacher: {extra['throughput']['hybrid_over_teacher']}", flush=True)
-    for r in results.values(): r.pop('_shared', None)
     checks = [r['pass'] for r in results.values()] + ([extra['prefix_caching']['pass_']] if 'prefix_caching' in extra else []) \
         + [v['pass_'] for v in extra.get('bad_inputs', {}).values()]
     report = dict(all_pass=all(checks), quick=a.quick, init=a.init, versions={**_versions(py), 'plugin': plugin_version},

@@ -26,7 +26,7 @@ runs is read off the gauge sweeps, whose ledgers do record `gauge_fix`: a grid r
 sweep run of the same cell and seed to a relative 1e-6 (the two recipes differ by about 0.3 %) ran that run's recipe.
 `taylor+` below is the package's recipe (gauge_fix on); `taylor+ (gauge_fix off)` the same recipe without the switch.
 """
-import json, math, re, statistics
+import html, json, math, re, statistics
 from itertools import product
 from pathlib import Path
 
@@ -231,9 +231,9 @@ def pct(v):
     "A share as a whole percentage, with a real minus sign."
     return f'{v:.0%}'.replace('-', '\u2212')
 
-def esc(s):
+def esc(s: str) -> str:
     "Text escaped for SVG."
-    return s.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')
+    return html.escape(s, quote=False)
 
 def marker(kind, x, y, colour, size=5.0):
     "One SVG marker centred at (x, y)."

@@ -6,7 +6,7 @@ Reads the grid cell `uniform:0.25` (6 of the 8 layers of tiny-qwen2 converted, a
 bench/results/experiments/experiments.json, written by scripts/experiments.py; the calibration budgets come from the
 package's recipes (`taylor_calibrate.core.get_recipe`). A static SVG, so that README.md shows it on a code host.
 """
-import json, math, statistics
+import html, json, math, statistics
 from pathlib import Path
 from taylor_calibrate.core import get_recipe
 
@@ -26,7 +26,7 @@ COLOURS = {'teacher': '#555555', 'naive': '#9e9e9e', 'zero_gate': '#d95f02', 'ph
 
 def esc(s: str) -> str:
     "Text escaped for SVG."
-    return s.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')
+    return html.escape(s, quote=False)
 
 def bars(results: dict) -> list[dict]:
     "One row per init of the cell (median, min, max over seeds), the teacher first."
