@@ -90,8 +90,28 @@ def readme_text(nb_path=ROOT/'nbs'/'index.ipynb'):
 _NB_TARGET = re.compile(r'\]\(((?:images/[^)\s]+)|(?:[\w-]+\.ipynb))')
 
 _CODE = re.compile(r'(```.*?```|`[^`\n]*`)', re.S)                  # code spans and fences keep their dollars
-_MATH = re.compile(r'\$\$(.+?)\$\$|(?<![\\$])\$(?!\s)([^$\n]+?)(?<!\s)\$(?!\d)', re.S)
+_MATH = re.compile(r'\$\$(.+?)\$\$|(?<![\\$])\$(?!\s)((?:[^$\n]|\n(?!\s*\n))+?)(?<!\s)\$(?!\d)', re.S)   # inline maths may wrap a line
 _MATHJAX = re.compile(r'\s*<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->', re.S)
+
+def _group(tex, i):
+    "The end of the braced group (or single token) starting at `tex[i]`."
+    if tex[i] != '{': return i + 1 if tex[i] != '\\' else i + 1 + len(re.match(r'\\[A-Za-z]+|\\.', tex[i:]).group(0)) - 1
+    depth = 0
+    for j in range(i, len(tex)):
+        depth += {'{': 1, '}': -1}.get(tex[j], 0)
+        if depth == 0: return j + 1
+    raise ValueError(f'unbalanced braces in {tex!r}')
+
+def labelled_braces(tex):
+    "`\\overbrace{A}^{B}` and `\\underbrace{A}_{B}` as `\\overset` / `\\underset`: MathML draws no stretched brace, so the label sits above or below."
+    for cmd, mark, to in (('\\overbrace', '^', '\\overset'), ('\\underbrace', '_', '\\underset')):
+        while (i := tex.find(cmd + '{')) >= 0:
+            a0 = i + len(cmd); a1 = _group(tex, a0)
+            if tex[a1:a1 + 1] != mark: tex = tex[:i] + tex[a0:a1] + tex[a1:]; continue
+            b1 = _group(tex, a1 + 1)
+            label = tex[a1 + 2:b1 - 1] if tex[a1 + 1] == '{' else tex[a1 + 1:b1]
+            tex = f'{tex[:i]}{to}{{{label}}}{{{tex[a0 + 1:a1 - 1]}}}{tex[b1:]}'
+    return tex
 
 def math_to_placeholders(md, store):
     "Markdown with each `$...$` / `$$...$$` outside code replaced by a placeholder; `store` maps it to (MathML, plain text)."
@@ -100,7 +120,7 @@ def math_to_placeholders(md, store):
         key = f'TCMATH{len(store):05d}X'
         block = m.group(1) is not None
         tex = (m.group(1) if block else m.group(2)).strip()
-        store[key] = (convert(tex, display='block' if block else 'inline'), re.sub(r'[^A-Za-z0-9]+', '', tex))
+        store[key] = (convert(labelled_braces(tex), display='block' if block else 'inline'), re.sub(r'[^A-Za-z0-9]+', '', tex))
         return key
     parts = _CODE.split(md)
     return ''.join(p if i % 2 else _MATH.sub(sub, p) for i, p in enumerate(parts))
@@ -192,7 +212,7 @@ def save_text_outputs(nb_path, flags=None):
 
 def page_name(nb_path): return Path(nb_path).stem + '.html'
 
-def render(nb, title, nav, flags, pager=''):
+def render(nb, title, nav, flags, pager='', api=None, page=''):
     "HTML for an executed notebook: hidden cells dropped, directives stripped, plotly made local; `pager` ends the page."
     from nbconvert import HTMLExporter
     nb = copy.deepcopy(nb)
@@ -211,7 +231,7 @@ def render(nb, title, nav, flags, pager=''):
         if is_folded(c): c.metadata['tags'] = [*c.metadata.get('tags', []), 'tc-fold']
         if c.cell_type == 'code': c.source = strip_directives(c.source)
         if c.cell_type == 'markdown':
-            c.source = math_to_placeholders(re.sub(r'\(([\w./-]+)\.ipynb(#[\w-]*)?\)', r'(\1.html\2)', c.source), maths)
+            c.source = math_to_placeholders(re.sub(r'\(([\w./-]+)\.ipynb(#[^)\s]*)?\)', r'(\1.html\2)', c.source), maths)
     _plotly_to_html(nb)
     from traitlets.config import Config
     cfg = Config(); cfg.TagRemovePreprocessor.remove_input_tags = {'remove_input'}; cfg.TagRemovePreprocessor.enabled = True
@@ -219,6 +239,7 @@ def render(nb, title, nav, flags, pager=''):
                            ).from_notebook_node(nb, resources={'metadata': {'name': title}})
     body = _MATHJAX.sub('', body)                                    # maths is MathML already: no MathJax from a CDN
     body = fill_maths(body, maths)
+    if api: body = link_api_names(body, api, page)
     body = _REMOTE_SCRIPT.sub('', body)                              # require.js from a CDN: nothing here needs it
     head = f'<script src="plotly.min.js"></script>\n<style>{SITE_CSS}</style>\n'
     body = body.replace('<head>', '<head>\n' + head, 1)
@@ -242,9 +263,11 @@ body.jp-Notebook { margin: 0 250px 0 290px; padding: 20px 28px 60px; max-width: 
 .tc-toc .tc-toc-title { font-weight: 600; margin-bottom: 6px; }
 .tc-toc li.tc-h3 { padding-left: 12px; }
 details.tc-fold > summary { cursor: pointer; color: #555; font: 13px system-ui, sans-serif; padding: 2px 0; }
-.jp-InputArea-editor, .jp-InputArea-editor .highlight, .jp-InputArea-editor pre { overflow-x: auto; }
-.jp-InputArea-editor pre { white-space: pre; font-size: 12.5px; }
-.jp-OutputArea-output pre { white-space: pre; word-break: normal; overflow-wrap: normal; overflow-x: auto; font-size: 12.5px; }
+/* `body.jp-Notebook` outranks the lab template's own rules for these, which come later in the page */
+body.jp-Notebook .jp-InputArea-editor, body.jp-Notebook .jp-InputArea-editor .highlight, body.jp-Notebook .jp-InputArea-editor pre { overflow-x: auto; }
+body.jp-Notebook .jp-InputArea-editor pre { white-space: pre-wrap; word-break: normal; overflow-wrap: normal; max-width: 100ch; font-size: 12.5px; }   /* code wraps at spaces near 100 columns */
+body.jp-Notebook .jp-OutputArea-output pre { white-space: pre; word-break: normal; overflow-wrap: normal; overflow-x: auto; font-size: 12.5px; }
+math[display="block"] { display: block; max-width: 100%; overflow-x: auto; overflow-y: hidden; padding: 4px 0; }
 @media (max-width: 1250px) { .tc-toc { display: none; } body.jp-Notebook { margin-right: 0; } }
 @media (max-width: 800px) { .tc-nav { position: static; width: auto; border: 0; } body.jp-Notebook { margin-left: 0; } }
 """
@@ -272,6 +295,30 @@ def nav_html(site_title, sections, current):
 
 _HEADING = re.compile(r'<h([23]) id="([^"]+)">(.*?)<a class="anchor-link"', re.S)
 _MARKDOWN_CELL = re.compile(r'<div[^>]*class="jp-Cell jp-MarkdownCell.*?(?=<div[^>]*class="jp-Cell |\Z)', re.S)
+
+_SHOW_DOC_NAME = re.compile(r'show_doc\(\s*([A-Za-z_][\w.]*)')
+_CODE_NAME = re.compile(r'<code>([A-Za-z_][\w.]*)(\(\))?</code>')
+
+NOT_LINKED = {'phase1', 'phase2'}   # also the names of initialisations (`init='phase1'`), which the prose means more often
+
+def api_index(notebooks: dict) -> dict:
+    "Every name a notebook documents with `show_doc`: name -> (its page, the anchor of its documentation)."
+    index = {}
+    for p, nb in notebooks.items():
+        for c in nb.cells:
+            if c.cell_type == 'code' and is_show_doc(c):
+                for name in set(_SHOW_DOC_NAME.findall(c.source)) - NOT_LINKED: index.setdefault(name, (page_name(p), name))
+    return index
+
+def link_api_names(body, index, page):
+    "In the prose of `body` (the page `page`), each `name` in code font that a notebook documents links to its documentation."
+    def link(m):
+        if m.group(1) not in index: return m.group(0)
+        target, anchor = index[m.group(1)]
+        return f'<a class="tc-api" href="{"" if target == page else target}#{anchor}">{m.group(0)}</a>'
+    def cell(m): return re.sub(r'(<a\b.*?</a>)|' + _CODE_NAME.pattern, lambda k: k.group(0) if k.group(1) else link(
+        _CODE_NAME.match(k.group(0))), m.group(0), flags=re.S)
+    return _MARKDOWN_CELL.sub(cell, body)
 
 def toc_html(body):
     "The page's table of contents: a link to every second- and third-level heading of its prose (not of the API docs)."
@@ -316,12 +363,12 @@ def build_html(nbs=ROOT/'nbs', out=ROOT/'_docs', only=None, execute_nbs=True, fl
     if (nbs/'images').is_dir(): shutil.copytree(nbs/'images', out/'images', dirs_exist_ok=True)
     read = {p: nbformat.read(p, as_version=4) for _, ps in sections for p in ps}
     nav = [(name, [(page_name(p), 'Overview' if p.stem == 'index' else notebook_title(read[p], p.stem)) for p in ps]) for name, ps in sections]
-    done = []
+    api, done = api_index(read), []
     for p, nb in read.items():
         if only and p.name not in only and p.stem not in only: continue
         t0, page = time.time(), page_name(p)
         if execute_nbs: nb = execute(nb, p.parent, flags)
-        (out/page).write_text(render(nb, notebook_title(nb, p.stem), nav_html(site_title, nav, page), flags, pager_html(nav, page)),
+        (out/page).write_text(render(nb, notebook_title(nb, p.stem), nav_html(site_title, nav, page), flags, pager_html(nav, page), api, page),
                               encoding='utf-8')
         print(f'{p.name} -> {out/page} ({time.time()-t0:.1f}s)', flush=True)
         done.append(out/page)

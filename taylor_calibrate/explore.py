@@ -18,7 +18,7 @@ from IPython.display import display
 from plotly.subplots import make_subplots
 from .taylor import dt_bias_from_distance, half_life, beta_target
 from .gdn import GatedDeltaNet, readable_fraction
-from .teacher import load_teacher, attention_maps
+from .teacher import load_teacher, attention_maps, EXAMPLE_HEAD
 from .stats import AttentionStats, attention_stats
 from .convert import check_teacher, decoder_layers, gdn_options_for, copy_attention_into_gdn
 from .core import token_windows, concentration, get_recipe, phase1, layer_fit, realised_half_life, realised_beta
@@ -323,11 +323,11 @@ def fit_html(runs: list) -> str:
 
 class Explorer(widgets.VBox):
     "The calibration explorer: controls, the head's numbers, its attention map, memory kernel vs attention profile, beta* vs entropy, a Phase-1 button."
-    def __init__(self, data: ExplorerData, seed: int = 0):
+    def __init__(self, data: ExplorerData, seed: int = 0, head: tuple | None = None):
         self.data, self.seed, self.runs = data, seed, []
         lay = dict(width='300px'); sty = dict(description_width='130px')
-        self.layer = widgets.Dropdown(options=[(f'layer {l}', l) for l in data.layers], value=data.layers[0], description='layer', layout=lay, style=sty)
-        self.head = widgets.Dropdown(options=[(f'head {h}', h) for h in range(data.num_heads)], value=0, description='head', layout=lay, style=sty)
+        self.layer = widgets.Dropdown(options=[(f'layer {l}', l) for l in data.layers], value=(head or data.layers)[0], description='layer', layout=lay, style=sty)
+        self.head = widgets.Dropdown(options=[(f'head {h}', h) for h in range(data.num_heads)], value=head[1] if head else 0, description='head', layout=lay, style=sty)
         self.multiplier = widgets.FloatSlider(value=1.0, min=0.1, max=4.0, step=0.01, description='half-life × d_h', layout=lay, style=sty)
         self.beta_lo = widgets.FloatSlider(value=0.3, min=0.01, max=0.6, step=0.01, description='β lo', layout=lay, style=sty)
         self.beta_span = widgets.FloatSlider(value=0.4, min=0.0, max=0.7, step=0.01, description='β span', layout=lay, style=sty)  # max: 1 - β lo
@@ -386,13 +386,14 @@ class Explorer(widgets.VBox):
         finally: self.fit.value = fit_html(self.runs)
 
 def explore(teacher=None, tokenizer=None, split='train', tokens: int = 2048, seq_len: int = 512, heldout_tokens: int = 1024,
-            seed: int = 0) -> Explorer:
-    "The interactive calibration explorer (an ipywidgets VBox) for `teacher` (default: the shipped one) on a corpus split or other calibration data."
+            seed: int = 0, head: tuple | None = None) -> Explorer:
+    "The interactive calibration explorer (an ipywidgets VBox) for `teacher` (default: the shipped one, opened on `EXAMPLE_HEAD`) on calibration data."
     # `split`: a corpus split name, or anything `token_windows` accepts (a Dataset with a text column, a list of texts, token ids)
     if teacher is None:
         if tokenizer is not None: raise ValueError('tokenizer= needs teacher=: the shipped teacher is loaded with its own tokenizer')
-        teacher, tokenizer = load_teacher()
-    return Explorer(explorer_data(teacher, tokenizer, split, tokens, seq_len, heldout_tokens), seed=seed)
+        teacher, tokenizer, head = *load_teacher(), head or EXAMPLE_HEAD
+    # `head`: the (layer, head) to open on (default: the first layer's first head)
+    return Explorer(explorer_data(teacher, tokenizer, split, tokens, seq_len, heldout_tokens), seed=seed, head=head)
 
 # %% ../nbs/07_explore.ipynb #b84a65fd
 DOCS_MULTIPLIERS = (0.25, 0.5, math.log(2), 1.0, 2.0, 4.0)
@@ -403,7 +404,7 @@ def _readable_name(v: dict, lo: float, span: float) -> str:
     return f"readable with delta-rule writes at β* = {v['beta_star']:.2f} ({lo:.2f} + {span:.2f} c)"
 
 def explorer_figure(stats: AttentionStats, seq_len: int, head_dim: int, multipliers=DOCS_MULTIPLIERS, beta_lo: float = 0.3,
-                    beta_span: float = 0.4, how: str = 'minmax', layers=None, betas=DOCS_BETAS) -> go.Figure:
+                    beta_span: float = 0.4, how: str = 'minmax', layers=None, betas=DOCS_BETAS, head: tuple | None = None) -> go.Figure:
     "Static twin of the explorer: memory kernel vs attention profile with plotly's own dropdown (layer, head) and sliders (half-life multiplier; beta_lo, beta_span)."
     layers = stats.layers if layers is None else list(layers)
     if not layers: raise ValueError('explorer_figure needs at least one layer')
@@ -414,6 +415,8 @@ def explorer_figure(stats: AttentionStats, seq_len: int, head_dim: int, multipli
     b0 = betas.index((float(beta_lo), float(beta_span)))                                  # start at the given constants ...
     m0 = min(range(len(multipliers)), key=lambda i: abs(math.log(multipliers[i])))       # ... and closest to the paper's m = 1
     heads = [(l, h) for l in layers for h in range(len(stats.mean_distance[l]))]
+    first = heads[0] if head is None else tuple(head)                                      # the head shown first
+    if first not in heads: raise ValueError(f'head {first} is not among the figure\'s heads (layers {layers})')
     views = {key: [[kernel_view(stats, *key, seq_len, head_dim, m, lo, span, how, n_points=_DOCS_POINTS) for lo, span in betas]
                    for m in multipliers] for key in heads}                                   # views[head][m index][beta index]
     order = [b0] + [j for j in range(len(betas)) if j != b0]                              # beta setting drawn by each readable trace
@@ -438,7 +441,7 @@ def explorer_figure(stats: AttentionStats, seq_len: int, head_dim: int, multipli
         for k, j in zip(readable, order): names[k] = _readable_name(views[key][m0][j], *betas[j])
         return {'x': [t['x'] for t in main], 'y': [t['y'] for t in main], 'visible': [True] * 6 + [False] * (len(betas) - 1),
                 'name': [n if n is not None else fig.data[k].name for k, n in enumerate(names)]}
-    v0 = views[heads[0]][m0]
+    v0 = views[first][m0]
     fig = fig_memory_kernel(v0[b0])
     fig.data[1].name = _readable_name(v0[b0], *betas[b0])
     for j in order[1:]:
@@ -448,6 +451,6 @@ def explorer_figure(stats: AttentionStats, seq_len: int, head_dim: int, multipli
     buttons = [dict(label=f'layer {l}, head {h}', method='update',
                     args=[head_data((l, h)), {'title.text': _title(views[(l, h)][m0][b0], beta=False), 'sliders': [m_slider((l, h)), b_slider]}])
                for l, h in heads]
-    return fig.update_layout(updatemenus=[dict(buttons=buttons, active=0, direction='down', x=0.0, xanchor='left', y=1.54, yanchor='top')],
-                             sliders=[m_slider(heads[0]), b_slider], title=dict(text=_title(v0[b0], beta=False), y=0.98, yanchor='top'),
+    return fig.update_layout(updatemenus=[dict(buttons=buttons, active=heads.index(first), direction='down', x=0.0, xanchor='left', y=1.54, yanchor='top')],
+                             sliders=[m_slider(first), b_slider], title=dict(text=_title(v0[b0], beta=False), y=0.98, yanchor='top'),
                              height=730, margin=dict(t=260, b=150))

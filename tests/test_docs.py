@@ -149,3 +149,67 @@ def test_site_draws_offline(real_site, tmp_path):
         n = html.count('class="plotly-graph-div"')
         assert dom.count('class="plot-container plotly"') == n, f'{page.name}: not all of its {n} plotly figures drew offline'
         assert dom.count('<math') == html.count('<math'), f'{page.name}: maths lost in the browser'
+
+# The method path: a reader following the sidebar reaches Phase 1's first mapping within a short read.
+FIRST_MAPPING = ('05_calibrate.ipynb', '## Phase 1, one mapping at a time')
+METHOD_PATH_WORDS = 5000
+
+def prose_words(markdown: str) -> int:
+    "Words of prose in a markdown cell: fenced code, display maths, HTML and table rows left out."
+    text = re.sub(r'```.*?```', ' ', markdown, flags=re.S)
+    text = re.sub(r'<!--.*?-->|\$\$.*?\$\$', ' ', text, flags=re.S)
+    text = re.sub(r'<[^>]+>', ' ', text)
+    return sum(len(line.split()) for line in text.split('\n') if not line.lstrip().startswith('|'))
+
+def words_before_first_mapping() -> tuple[int, list]:
+    "Prose words a reader passes in sidebar order before Phase 1's first mapping, and the pages passed."
+    _, sections = build_docs.site_pages(ROOT/'nbs', ROOT/'_quarto.yml')
+    total, passed = 0, []
+    for page in [p for _, ps in sections for p in ps]:
+        for cell in nbformat.read(page, as_version=4).cells:
+            if cell.cell_type != 'markdown': continue
+            if page.name == FIRST_MAPPING[0] and FIRST_MAPPING[1] in cell.source:
+                return total + prose_words(cell.source[:cell.source.index(FIRST_MAPPING[1])]), passed + [page.name]
+            total += prose_words(cell.source)
+        passed.append(page.name)
+    raise AssertionError(f'{FIRST_MAPPING[1]!r} is not in {FIRST_MAPPING[0]}')
+
+def test_prose_words():
+    assert prose_words('One two.\n\n```py\nx = 1\n```\n\n| a | b |\n|---|---|\n\n$$x^2$$ three <b>four</b>') == 4
+
+def test_the_method_path_reaches_phase_1_within_a_short_read():
+    words, passed = words_before_first_mapping()
+    assert passed == ['index.ipynb', '00_taylor.ipynb', '01_gdn.ipynb', '05_calibrate.ipynb'], passed
+    assert words < METHOD_PATH_WORDS, f'{words} words of prose before Phase 1\'s first mapping (at most {METHOD_PATH_WORDS})'
+
+def test_exported_names_in_prose_link_to_their_documentation():
+    pages = {ROOT/'nbs'/'a.ipynb': nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('show_doc(calibrate)\nshow_doc(Report.to_frame)'),
+                                                                   nbformat.v4.new_code_cell('show_doc(phase1)')])}
+    index = build_docs.api_index(pages)
+    assert index == {'calibrate': ('a.html', 'calibrate'), 'Report.to_frame': ('a.html', 'Report.to_frame')}   # phase1 is also an init
+    body = ('<div class="jp-Cell jp-MarkdownCell"><p><code>calibrate()</code>, <code>Report.to_frame</code>, <code>other</code>, '
+            '<a href="x.html"><code>calibrate</code></a></p></div><div class="jp-Cell jp-CodeCell"><code>calibrate</code></div>')
+    linked = build_docs.link_api_names(body, index, 'b.html')
+    assert '<a class="tc-api" href="a.html#calibrate"><code>calibrate()</code></a>' in linked
+    assert '<a class="tc-api" href="a.html#Report.to_frame"><code>Report.to_frame</code></a>' in linked
+    assert '<code>other</code>,' in linked and '<a href="x.html"><code>calibrate</code></a>' in linked   # unknown or linked already
+    assert linked.endswith('<div class="jp-Cell jp-CodeCell"><code>calibrate</code></div>')            # prose only
+    assert 'href="#calibrate"' in build_docs.link_api_names(body, index, 'a.html')                      # same page: the anchor alone
+
+def test_labelled_braces_become_over_and_under_labels():
+    assert build_docs.labelled_braces(r'\frac{\overbrace{a+b}^{s_0}}{\underbrace{t+1}_{\text{n (t)}}}') == \
+        r'\frac{\overset{s_0}{a+b}}{\underset{\text{n (t)}}{t+1}}'
+    st = {}
+    assert build_docs.math_to_placeholders('inline $a +\nb$ wraps; $5 and $6 stay', st).endswith('wraps; $5 and $6 stay') and len(st) == 1
+
+@pytest.mark.skipif(CHROMIUM is None, reason='Chromium is not installed (apt-get install chromium); .ci/run installs it')
+def test_text_outputs_scroll_and_code_wraps(site, tmp_path):
+    "Chromium's computed styles: a text output keeps its lines (scrolls, never breaks a word); code wraps at spaces."
+    out, _ = site
+    probe = ('<script>var o = document.querySelector(".jp-OutputArea-output pre"), i = document.querySelector(".jp-InputArea-editor pre");'
+             'var so = getComputedStyle(o), si = getComputedStyle(i);'
+             'document.body.setAttribute("data-probe", [so.whiteSpace, so.wordBreak, so.overflowX, si.whiteSpace, si.wordBreak].join(","));</script>')
+    page = out/'probe.html'
+    page.write_text((out/'a_page.html').read_text().replace('</body>', probe + '</body>'))
+    dom = offline_dom(page, tmp_path)
+    assert 'data-probe="pre,normal,auto,pre-wrap,normal"' in dom, re.search(r'data-probe="[^"]*"', dom)
