@@ -524,18 +524,18 @@ def capture_groups(teacher, layers: list, tokens: int) -> list[list[int]]:
     return [layers[i:i + n] for i in range(0, len(layers), n)]
 
 def _layer_captures(teacher, cal, held, layers, timings, progress):
-    "Per-head statistics of all `layers` (one pass), then each layer's captured I/O, a group per teacher pass, freed after use."
-    t0 = time.time()
+    "Each layer's statistics and captured I/O, a group at a time: one teacher pass over each window set, run a group's segment at a time from the stored residual stream."
     groups = capture_groups(teacher, layers, cal.numel() + held.numel())
-    st = attention_stats(teacher, cal, layers=layers, capture=groups[0], progress=progress)
-    timings['statistics_s'] += time.time() - t0
+    cal_stream = held_stream = None                   # hidden states entering the next group's segment
     for i, group in enumerate(groups):
         t0 = time.time()
-        cap = st if i == 0 else attention_stats(teacher, cal, layers=[], capture=group, progress=False)
-        hcap = attention_stats(teacher, held, layers=[], capture=group, progress=False)
+        more = i + 1 < len(groups)
+        cap = attention_stats(teacher, cal, layers=group, capture=group, resume=cal_stream, keep_residual=more, progress=progress)
+        hcap = attention_stats(teacher, held, layers=[], capture=group, resume=held_stream, keep_residual=more, progress=False)
+        cal_stream, held_stream = cap.residual, hcap.residual   # None after the last group: the streams are freed
         timings['statistics_s'] += time.time() - t0
         for l in group:
-            yield l, st, (cap.captures.pop(l), cap.capture_mask), (hcap.captures.pop(l), hcap.capture_mask)
+            yield l, cap, (cap.captures.pop(l), cap.capture_mask), (hcap.captures.pop(l), hcap.capture_mask)
 
 def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress):
     "Calibrate the GDN layers of an already converted hybrid on (calibration, held-out) windows, on the teacher's device."
