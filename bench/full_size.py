@@ -23,9 +23,9 @@ for reuse, so RSS overstates what a stage holds; runs made with `MALLOC_MMAP_THR
 environment (large blocks returned to the OS at once, recorded as `malloc`) measure what it holds. Times are wall seconds of one run each (these
 stages take minutes on a CPU; repeated runs would not fit), with the intra-op thread count recorded.
 
-The cost model (`cost_model`) counts the FLOPs of each stage from a config and a recipe (teacher passes: 2 x
-non-embedding weights per token plus causal attention; Phase 2: 6 x a GDN layer's weights per trained token plus
-its held-out evaluations), fits one sustained rate per stage kind to the CPU measurements, and extrapolates to
+The cost model (`cost_model`) counts the FLOPs of each stage from a config and a recipe (the teacher passes over the
+calibration and held-out windows, each as deep as the last converted layer: 2 x non-embedding weights per token plus
+causal attention; Phase 2: 6 x a GDN layer's weights per trained token plus its held-out evaluations), fits one sustained rate per stage kind to the CPU measurements, and extrapolates to
 Qwen2.5-3B and Qwen3-8B on one GPU at an assumed sustained rate, stated in the JSON. It is an estimate, not a
 measurement: not yet run on a GPU.
 
@@ -131,12 +131,12 @@ def converted_layers(c, fraction=0.25):
 
 
 def cost_model(c, init, budget, dtype_bytes=4):
-    "FLOPs and memory of `calibrate` on config `c`: teacher passes (statistics and captures) and Phase 2."
+    "FLOPs and memory of `calibrate` on config `c`: the teacher passes (statistics and captures) and Phase 2."
     conv = converted_layers(c)
     tokens = budget['calib_tokens'] + budget['heldout_tokens']
     groups, per_layer = capture_layer_groups(c, conv, tokens, dtype_bytes)
-    teacher = teacher_pass_flops(c, budget['calib_tokens']) + teacher_pass_flops(c, budget['heldout_tokens'], groups[0][-1] + 1)
-    teacher += sum(teacher_pass_flops(c, tokens, g[-1] + 1) for g in groups[1:])
+    # one pass over the calibration and one over the held-out windows, each as deep as the last converted layer
+    teacher = teacher_pass_flops(c, tokens, conv[-1] + 1)
     n_eval = budget['steps'] // budget['eval_every'] + 1
     per_layer_p2 = 6 * gdn_params(c) * budget['steps'] * budget['batch_tokens'] + 2 * gdn_params(c) * n_eval * budget['heldout_tokens']
     phase2 = len(conv) * per_layer_p2 if init in ('taylor', 'taylor+', 'phase2') else 0.

@@ -37,3 +37,9 @@ def test_cost_model_groups_captures_as_calibrate_does(root):
     m = F.cost_model(c, 'taylor+', F.recipe_budget('taylor+'))
     assert m['converted'] == 18 and m['capture_groups'] == 18 and m['phase2_flops'] > 0
     assert F.cost_model(c, 'naive', F.recipe_budget('naive'))['phase2_flops'] == 0
+
+def test_cost_model_counts_one_teacher_pass_per_window_set(root):
+    F = full_size(root)
+    c, b = F.config_for('Qwen2.5-0.5B'), F.recipe_budget('taylor+')
+    tokens = b['calib_tokens'] + b['heldout_tokens']
+    assert F.cost_model(c, 'taylor+', b)['teacher_flops'] == F.teacher_pass_flops(c, tokens, 24)   # through layer 23, the last converted

@@ -183,12 +183,13 @@ def test_explorer_in_jupyterlab(lab, page):
 
     s0 = cell.evaluate(_STATE)
     assert set(s0['figs']) == {'map', 'kernel', 'beta'}, s0['figs'].keys()
-    assert s0['head'] == 'layer 0, head 0' and s0['figs']['kernel']['lines'] and s0['figs']['beta']['points']
+    # explore() on the shipped teacher opens on the head every notebook follows, teacher.EXAMPLE_HEAD = (5, 1)
+    assert s0['head'] == 'layer 5, head 1' and s0['figs']['kernel']['lines'] and s0['figs']['beta']['points']
 
     # Another head from the dropdown: the readout and all three figures follow it.
     cell.locator('.widget-dropdown', has=page.locator('.widget-label', has_text=re.compile(r'^head$'))).locator('select').select_option(label='head 2')
-    s1 = _wait_for(page, cell, "s.head === 'layer 0, head 2' && s.figs.kernel && s.figs.kernel.title.startsWith('layer 0, head 2')"
-                               " && s.figs.map && s.figs.map.title.startsWith('layer 0, head 2') && s.figs.beta", 'head 2')
+    s1 = _wait_for(page, cell, "s.head === 'layer 5, head 2' && s.figs.kernel && s.figs.kernel.title.startsWith('layer 5, head 2')"
+                               " && s.figs.map && s.figs.map.title.startsWith('layer 5, head 2') && s.figs.beta", 'head 2')
     assert s1['figs']['kernel']['lines'] != s0['figs']['kernel']['lines']
 
     # The half-life slider, ten steps of 0.01 to the right: dt_bias falls, the half-life grows by the same factor, the kernel is redrawn.
