@@ -95,7 +95,8 @@ _MATHJAX = re.compile(r'\s*<!-- Load mathjax -->.*?<!-- End of mathjax configura
 
 def _group(tex, i):
     "The end of the braced group (or single token) starting at `tex[i]`."
-    if tex[i] != '{': return i + 1 if tex[i] != '\\' else i + 1 + len(re.match(r'\\[A-Za-z]+|\\.', tex[i:]).group(0)) - 1
+    if tex[i] == '\\': return i + len(re.match(r'\\[A-Za-z]+|\\.', tex[i:]).group(0))   # a command: \name or \x
+    if tex[i] != '{': return i + 1
     depth = 0
     for j in range(i, len(tex)):
         depth += {'{': 1, '}': -1}.get(tex[j], 0)
@@ -310,15 +311,15 @@ def api_index(notebooks: dict) -> dict:
                 for name in set(_SHOW_DOC_NAME.findall(c.source)) - NOT_LINKED: index.setdefault(name, (page_name(p), name))
     return index
 
+_LINK_OR_CODE_NAME = re.compile(r'(<a\b.*?</a>)|' + _CODE_NAME.pattern, re.S)   # an existing link is left as it is
+
 def link_api_names(body, index, page):
     "In the prose of `body` (the page `page`), each `name` in code font that a notebook documents links to its documentation."
     def link(m):
-        if m.group(1) not in index: return m.group(0)
-        target, anchor = index[m.group(1)]
+        if m.group(1) or m.group(2) not in index: return m.group(0)
+        target, anchor = index[m.group(2)]
         return f'<a class="tc-api" href="{"" if target == page else target}#{anchor}">{m.group(0)}</a>'
-    def cell(m): return re.sub(r'(<a\b.*?</a>)|' + _CODE_NAME.pattern, lambda k: k.group(0) if k.group(1) else link(
-        _CODE_NAME.match(k.group(0))), m.group(0), flags=re.S)
-    return _MARKDOWN_CELL.sub(cell, body)
+    return _MARKDOWN_CELL.sub(lambda cell: _LINK_OR_CODE_NAME.sub(link, cell.group(0)), body)
 
 def toc_html(body):
     "The page's table of contents: a link to every second- and third-level heading of its prose (not of the API docs)."
