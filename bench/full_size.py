@@ -18,7 +18,8 @@ random token ids (windows of 512); the `taylor` process then times the building 
   equal to the in-memory hybrid's).
 Peak memory: before a stage the process resets its peak-RSS counter (5 to /proc/self/clear_refs) and reads VmRSS;
 after it, VmHWM. `extra_mb` = VmHWM - VmRSS before: what the stage needed on top of what was already resident.
-The teacher's weight bytes are the yardstick (`extra_x_teacher`). glibc keeps freed heap memory
+The teacher's weight bytes are the yardstick (`extra_x_teacher`); `working_x_teacher` is the extra memory less the
+converted layers' GDN weights (the product itself), in the same unit. glibc keeps freed heap memory
 for reuse, so RSS overstates what a stage holds; runs made with `MALLOC_MMAP_THRESHOLD_=131072` in the
 environment (large blocks returned to the OS at once, recorded as `malloc`) measure what it holds. Times are wall seconds of one run each (these
 stages take minutes on a CPU; repeated runs would not fit), with the intra-op thread count recorded.
@@ -30,10 +31,9 @@ Qwen2.5-3B and Qwen3-8B on one GPU at an assumed sustained rate, stated in the J
 measurement: not yet run on a GPU.
 
 Run: `python bench/full_size.py` (writes bench/results/full_size.json). The committed file comes from three calls
-of one thread each, at most two at a time, all with `MALLOC_MMAP_THRESHOLD_=131072` in the environment, then merged
-(`--merge`): `--shapes Qwen2.5-0.5B` (the recipes' token budgets), `--shapes Qwen3-0.6B --calib-tokens 4096` and
-`--shapes Llama-3.2-1B --calib-tokens 4096` (fewer calibration tokens, to fit the CPU time here); each run records its
-arguments. The runs of other shapes already in the output file are kept;
+of one thread each, at most two at a time, all with `MALLOC_MMAP_THRESHOLD_=131072` in the environment and the
+recipes' token budgets, then merged (`--merge`): `--shapes Qwen2.5-0.5B`, `--shapes Qwen3-0.6B` and
+`--shapes Llama-3.2-1B`; each run records its arguments. The runs of other shapes already in the output file are kept;
 `python bench/full_size.py --quick` checks the script on shrunken shapes in a minute.
 """
 import argparse, json, math, os, subprocess, sys, tempfile, time
@@ -239,6 +239,8 @@ def summarise(runs, quick):
                          total_s=t['total_s'], statistics_s=t['statistics_s'], phase2_s=t['phase2_s'],
                          weight_mb=r['weight_mb'], extra_mb=r['stages']['calibrate']['extra_mb'],
                          extra_x_teacher=round(r['stages']['calibrate']['extra_mb'] / r['weight_mb'], 3),
+                         gdn_mb=round(m['gdn_mb']),
+                         working_x_teacher=round((r['stages']['calibrate']['extra_mb'] - m['gdn_mb']) / r['weight_mb'], 3),
                          capture_groups=m['capture_groups'], teacher_gflop=round(m['teacher_flops'] / 1e9),
                          phase2_gflop=round(m['phase2_flops'] / 1e9)))
     # one sustained rate per stage kind: total FLOPs / total seconds over all measured runs

@@ -5,8 +5,9 @@
 # %% auto #0
 __all__ = ['attention_logits', 'attention_probs', 'softmax_attention', 'taylor_exp', 'taylor_attention_quadratic',
            'taylor_attention', 'relative_error', 'attention_entropy', 'taylor_error_by_head', 'random_qkv',
-           'plot_error_vs_logit_scale', 'plot_error_vs_entropy', 'ols_scale', 'softplus_inv', 'dt_bias_from_distance',
-           'half_life', 'concentration_minmax', 'concentration_relative', 'beta_target', 'output_gate_alpha']
+           'plot_error_vs_logit_scale', 'plot_error_vs_entropy', 'ols_sums', 'ols_from_sums', 'ols_scale',
+           'softplus_inv', 'dt_bias_from_distance', 'half_life', 'concentration_minmax', 'concentration_relative',
+           'beta_target', 'output_gate_alpha']
 
 # %% ../nbs/00_taylor.ipynb #2977680c
 import math
@@ -155,14 +156,21 @@ def plot_error_vs_entropy(q, k, v, title='Taylor attention error vs attention en
     return fig
 
 # %% ../nbs/00_taylor.ipynb #254f627f
-def ols_scale(target, pred):
-    "Per-head least-squares scale sigma = <target, pred> / <pred, pred> over tokens and channels; tensors [..., H, d] -> [H] (0 where pred is all zero)."
+def ols_sums(target, pred):
+    "Per-head <target, pred> and <pred, pred> over tokens and channels, tensors [..., H, d] -> two [H]: sums that add over batches of tokens."
     if target.shape != pred.shape or pred.ndim < 2:
         raise ValueError(f'target and pred must have the same shape [..., H, d]; '
                          f'got {tuple(target.shape)} and {tuple(pred.shape)}')
     dims = tuple(i for i in range(pred.ndim) if i != pred.ndim - 2)
-    num, den = (target * pred).sum(dims), (pred * pred).sum(dims)
+    return (target * pred).sum(dims), (pred * pred).sum(dims)
+
+def ols_from_sums(num, den):
+    "sigma = num / den per head, 0 where den is 0: the least-squares scale from `ols_sums` (added over batches if need be)."
     return torch.where(den > 0, num / torch.where(den > 0, den, 1.), 0.)
+
+def ols_scale(target, pred):
+    "Per-head least-squares scale sigma = <target, pred> / <pred, pred> over tokens and channels; tensors [..., H, d] -> [H] (0 where pred is all zero)."
+    return ols_from_sums(*ols_sums(target, pred))
 
 # %% ../nbs/00_taylor.ipynb #8cb86ce6
 def _as_float(x):
