@@ -46,11 +46,18 @@ def read_ledger(out_dir, setup_id):
     path = Path(out_dir)/'runs.jsonl'
     if not path.exists(): return {}
     rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
-    return {r['key']: r for r in rows if r['setup_id'] == setup_id}
+    current = lambda r: 'recipe_id' not in r or r['recipe_id'] == recipe_id(r['job']['init'])   # rows before fingerprints: kept
+    return {r['key']: r for r in rows if r['setup_id'] == setup_id and current(r)}
 
 def append_ledger(out_dir, row):
     with open(Path(out_dir)/'runs.jsonl', 'a') as f:
         f.write(json.dumps(row, default=float) + '\n'); f.flush(); os.fsync(f.fileno())
+
+def save_report(out_dir, key, report_json):
+    "Keep a run's calibration report (per-layer rows, Phase-2 curves) beside the ledger, gzipped, named by the run's key."
+    import gzip
+    d = Path(out_dir)/'reports'; d.mkdir(exist_ok=True)
+    with gzip.open(d/f'{claim_name(key)}.json.gz', 'wt') as f: f.write(report_json)
 
 def claim_name(key): return hashlib.sha1(key.encode()).hexdigest()
 
@@ -69,13 +76,26 @@ def selection_source(job):
     src = dict(job, seed=0, kv_copy='heads', init=INITS[0] if job['keep'].startswith('ar') else job['init'])
     return None if src == job else src
 
+SECOND_TEXT = ROOT/'LICENSE'     # the second evaluation text: the Apache License 2.0 (legal English, not Python documentation)
+
+def second_text_ids(tok):
+    "The second evaluation text's token ids, tokenised by the teacher's own tokenizer."
+    return torch.tensor(tok(SECOND_TEXT.read_text(), add_special_tokens=False)['input_ids'])
+
+def recipe_id(init):
+    "A fingerprint of an init's recipe: a ledger row made with another recipe of the same name is run again."
+    from dataclasses import asdict
+    from taylor_calibrate.core import get_recipe
+    return hashlib.sha1(json.dumps(asdict(get_recipe(init)), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
 def run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept=None):
     from taylor_calibrate.core import calibrate
     from taylor_calibrate.teacher import perplexity
     student = calibrate(teacher, 'train', keep=kept or job['keep'], init=job['init'], tokenizer=tok, seed=job['seed'], progress=False,
                         selection_data=valid_ids[:a.selection_tokens], gdn_options=dict(kv_copy=job['kv_copy']), **budget(a))
     rep = student.calibration_report
-    return dict(ppl=perplexity(student, test_ids, progress=False), kept=rep.keep, selection=rep.selection, timings=rep.timings)
+    return dict(ppl=perplexity(student, test_ids, progress=False), second_text_ppl=perplexity(student, second_text_ids(tok), progress=False),
+                kept=rep.keep, selection=rep.selection, timings=rep.timings, report=rep.to_json())
 
 def recovery_windows(tok, a):
     "Distillation windows from TRAIN, after the first 64 windows (those calibration reads)."
@@ -107,7 +127,7 @@ def work(a):
     "Take unclaimed, unfinished runs from the list until none is left; a run that reuses another's layer choice waits for it."
     teacher, tok, test_ids, valid_ids = load(a)
     setup, sid = setup_of(a, test_ids, valid_ids)
-    todo = jobs(a.parts.split(','), a.seeds, a.mini)
+    todo = [j for j in jobs(a.parts.split(','), a.seeds, a.mini) if a.inits is None or j['init'] in a.inits.split(',')]
     while True:
         ledger, waiting, ran = read_ledger(a.out_dir, sid), False, False
         for job in todo:
@@ -120,7 +140,8 @@ def work(a):
             kept = ledger[job_key(src)]['kept'] if src is not None else None
             res = (run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept) if job['kind'] == 'zero_shot'
                    else run_recovery(job, teacher, tok, valid_ids, a))
-            append_ledger(a.out_dir, dict(key=key, setup_id=sid, job=job, seconds=time.time() - t0, **res))
+            if 'report' in res: save_report(a.out_dir, key, res.pop('report'))
+            append_ledger(a.out_dir, dict(key=key, setup_id=sid, recipe_id=recipe_id(job['init']), job=job, seconds=time.time() - t0, **res))
             what = f"ppl {res['ppl']:9.2f}" if 'ppl' in res else f"valid ppl {res['log']['eval_ppl'][0]:.2f} -> {res['log']['eval_ppl'][-1]:.2f}"
             print(f"[worker {a.worker}] {job['kind']:9} {job['keep']:13} {job['init']:9} seed {job['seed']} {job.get('kv_copy', ''):8} "
                   f"{what} ({time.time() - t0:.0f}s)", flush=True)
@@ -132,7 +153,7 @@ def work(a):
 # ----- the summary the notebook reads -----
 def _summ(xs): return dict(values=xs, mean=statistics.mean(xs), std=statistics.pstdev(xs), n=len(xs))
 
-def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl):
+def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl, teacher_second_text_ppl=None):
     "Group the ledger's runs into the grid, retention, GQA and recovery tables (mean and spread over seeds)."
     from taylor_calibrate.distill import DistillLog, tokens_to_reach
     zs = {}
@@ -142,10 +163,12 @@ def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl):
     def cell(keep, init, kv='heads'):
         rs = sorted(zs.get((keep, init, kv), []), key=lambda t: t[0])
         if not rs: return None
+        second = [r['second_text_ppl'] for _, r in rs if 'second_text_ppl' in r]
         return dict(**_summ([r['ppl'] for _, r in rs]), seeds=[s for s, _ in rs], kept=[r['kept'] for _, r in rs],
-                    seconds=statistics.median([r['seconds'] for _, r in rs]))
+                    seconds=statistics.median([r['seconds'] for _, r in rs]), **(dict(second_text=_summ(second)) if second else {}))
     drop_empty = lambda d: {k: v for k, v in d.items() if v is not None}
     out = dict(setup=setup, teacher_test_ppl=teacher_test_ppl, teacher_valid_ppl=teacher_valid_ppl,
+               **(dict(teacher_second_text_ppl=teacher_second_text_ppl, second_text=SECOND_TEXT.name) if teacher_second_text_ppl else {}),
                grid=drop_empty({f'{p}|{i}': cell(p, i) for p in POLICIES for i in INITS}),
                retention=drop_empty({f'uniform:{f}|{i}': cell(f'uniform:{f}', i) for f in RETENTION for i in RETENTION_INITS}),
                gqa=drop_empty({kv: cell('uniform:0.25', 'taylor', kv) for kv in ('heads', 'rows_bug')}))
@@ -198,7 +221,8 @@ def main(a):
     missing = [job_key(j) for j in jobs(a.parts.split(','), a.seeds, a.mini) if job_key(j) not in ledger]
     res = summarise(ledger, dict(setup, seeds=a.seeds, parts=a.parts, selection_tokens=a.selection_tokens, runs_done=len(ledger),
                                  runs_missing=missing),
-                    perplexity(teacher, test_ids, progress=False), perplexity(teacher, valid_ids, progress=False))
+                    perplexity(teacher, test_ids, progress=False), perplexity(teacher, valid_ids, progress=False),
+                    perplexity(teacher, second_text_ids(tok), progress=False))
     (out_dir/'experiments.json').write_text(json.dumps(res, indent=1, default=float)); print('wrote', out_dir/'experiments.json')
     return res
 
@@ -217,7 +241,8 @@ if __name__ == '__main__':
     p.add_argument('--workers', type=int, default=1, help='processes sharing the run list (each gets threads // workers threads)')
     p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument('--summarise-only', action='store_true', help='run nothing: summarise the runs already in the ledger (e.g. after stopping early)')
-    p.add_argument('--teacher', default=None, help='a shipped teacher name (default: the default teacher, tiny-qwen2)')
+    p.add_argument('--teacher', default=None, help='a teacher name load_teacher takes: tiny-qwen2 (default), tiny-qwen3, smollm2-135m')
+    p.add_argument('--inits', default=None, help='run only these inits (comma list; default: all); the summary still reads every run in the ledger')
     p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/')
     a = p.parse_args()
     if a.out_dir is None: a.out_dir = str(ROOT/'bench'/'results'/('experiments' if a.teacher in (None, 'tiny-qwen2') else f'experiments_{a.teacher}'))
