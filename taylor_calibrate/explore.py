@@ -174,9 +174,11 @@ def kernel_view(stats: AttentionStats, layer: int, head: int, seq_len: int, head
 # %% ../nbs/07_explore.ipynb #e37217a2
 _Y_FLOOR = 1e-3   # the kernel panel's lower edge: below 0.1 % of a token the memory has forgotten it
 
-def _title(v: dict, beta: bool = True) -> str:
+def _title(v: dict, numbers: bool = True) -> str:
+    "The head and its half-life multiplier m; with `numbers`, d_h, the half-life and β* too (the static twin shows those in its table)."
+    if not numbers: return f"layer {v['layer']}, head {v['head']}: half-life = {v['multiplier']:.2f} × d_h"
     return (f"layer {v['layer']}, head {v['head']}: d_h = {v['mean_distance']:.1f}, half-life = {v['half_life']:.1f} tokens "
-            f"({v['multiplier']:.2f} × d_h)" + (f", β* = {v['beta_star']:.2f}" if beta else ''))
+            f"({v['multiplier']:.2f} × d_h), β* = {v['beta_star']:.2f}")
 
 def _kernel_traces(v: dict) -> list:
     "x and y of the kernel figure's six traces for one view, in trace order."
@@ -399,13 +401,30 @@ def explore(teacher=None, tokenizer=None, split='train', tokens: int = 2048, seq
 DOCS_MULTIPLIERS = (0.25, 0.5, math.log(2), 1.0, 2.0, 4.0)
 DOCS_BETAS = ((0.5, 0.0), (0.4, 0.2), (0.3, 0.4), (0.2, 0.6), (0.1, 0.8))   # (beta_lo, beta_span): all centred on 0.5, the paper's in the middle
 _DOCS_POINTS = 32  # kernel points per curve in the static figure (it carries every head's curves for every setting)
+_NUMBERS_HEADER = ('<b>teacher head</b>', '', '<b>GDN head</b>', '')
 
 def _readable_name(v: dict, lo: float, span: float) -> str:
     return f"readable with delta-rule writes at β* = {v['beta_star']:.2f} ({lo:.2f} + {span:.2f} c)"
 
+def _numbers_cells(v: dict, lo: float, span: float) -> list:
+    "One view's numbers for the static twin's table, as its four columns: the teacher head's statistics and the GDN head's targets, name then value."
+    return [['mean distance d<sub>h</sub>', 'entropy H<sub>h</sub>', 'H<sub>h</sub> / log(t+1)', 'concentration c<sub>h</sub>'],
+            [f"{v['mean_distance']:.2f} tokens", f"{v['entropy']:.3f} nats", f"{v['rel_entropy']:.3f}", f"{v['concentration']:.3f}"],
+            ['half-life t<sub>1/2</sub>', 'dt_bias', 'β*<sub>h</sub>', 'memory look-back'],
+            [f"{v['half_life']:.2f} tokens", f"{v['dt_bias']:.3f}", f"{v['beta_star']:.3f} = {lo:.2f} + {span:.2f} c<sub>h</sub>",
+             f"{v['implied_distance']:.2f} tokens"]]
+
+def _numbers_table(v: dict, lo: float, span: float, domain: list, visible: bool) -> go.Table:
+    "The static twin's table of one view's numbers at one beta setting, drawn in `domain` (paper coordinates)."
+    align = ['left', 'right', 'left', 'right']
+    return go.Table(header=dict(values=list(_NUMBERS_HEADER), align=align, fill_color='#eef1f5', font=dict(size=13), height=26),
+                    cells=dict(values=_numbers_cells(v, lo, span), align=align, font=dict(size=13), height=24, fill_color='white'),
+                    columnwidth=[1.3, 1, 1.1, 1.5], domain=dict(x=[0, 1], y=domain), visible=visible,
+                    name=f'numbers at β* = {lo:.2f} + {span:.2f} c')
+
 def explorer_figure(stats: AttentionStats, seq_len: int, head_dim: int, multipliers=DOCS_MULTIPLIERS, beta_lo: float = 0.3,
                     beta_span: float = 0.4, how: str = 'minmax', layers=None, betas=DOCS_BETAS, head: tuple | None = None) -> go.Figure:
-    "Static twin of the explorer: memory kernel vs attention profile with plotly's own dropdown (layer, head) and sliders (half-life multiplier; beta_lo, beta_span)."
+    "Static twin of the explorer: the head's numbers, memory kernel vs attention profile, with plotly's own dropdown (layer, head) and sliders (half-life multiplier; beta_lo, beta_span)."
     layers = stats.layers if layers is None else list(layers)
     if not layers: raise ValueError('explorer_figure needs at least one layer')
     multipliers = [float(m) for m in multipliers]
@@ -421,26 +440,37 @@ def explorer_figure(stats: AttentionStats, seq_len: int, head_dim: int, multipli
                    for m in multipliers] for key in heads}                                   # views[head][m index][beta index]
     order = [b0] + [j for j in range(len(betas)) if j != b0]                              # beta setting drawn by each readable trace
     readable = [1] + [6 + k for k in range(len(betas) - 1)]                               # ... whose trace indices these are
-    m_traces = [0, 5] + readable                                                           # every trace that depends on m (y only)
-    n_traces = 5 + len(betas)
+    tables = [5 + len(betas) + k for k in range(len(betas))]                               # the numbers table at each beta setting, same order
+    m_traces = [0, 5] + readable                                                           # every curve that depends on m (y only)
+    # the layout in pixels, top down: title; head menu and m slider; beta slider; numbers table; the two panels; their legend
+    height, top, bottom, table_px, gap_px = 980, 225, 215, 162, 50
+    area = height - top - bottom                                                           # paper y from 0 to 1, in pixels
+    below_top = lambda px: 1 + (top - px) / area                                           # paper y px pixels below the figure's top
+    panel_top = 1 - (table_px + gap_px) / area
     def m_ys(key, i):
         tr = [_kernel_traces(v) for v in views[key][i]]
         return [tr[b0][0]['y'], tr[b0][5]['y']] + [tr[j][1]['y'] for j in order]
-    def m_slider(key):
-        steps = [dict(label=f'{m:.2f}', method='update', args=[{'y': m_ys(key, i)}, {'title.text': _title(views[key][i][b0], beta=False)}, m_traces])
+    column = lambda key, i, c: [_numbers_cells(views[key][i][j], *betas[j])[c] for j in order]   # column c of every table
+    def m_slider(key):                       # its steps rewrite the m-dependent curves and the GDN head's column of every table
+        steps = [dict(label=f'{m:.2f}', method='update',
+                      args=[{'y': m_ys(key, i) + [None] * len(tables), 'cells.values[3]': [None] * len(m_traces) + column(key, i, 3)},
+                            {'title.text': _title(views[key][i][b0], numbers=False)}, m_traces + tables])
                  for i, m in enumerate(multipliers)]
-        return dict(active=m0, steps=steps, currentvalue=dict(prefix='half-life = d_h × '), x=0.3, len=0.7, y=1.58, yanchor='top', pad=dict(t=0))
+        return dict(active=m0, steps=steps, currentvalue=dict(prefix='half-life t<sub>1/2</sub> = d<sub>h</sub> × '),
+                    x=0.3, len=0.7, y=below_top(45), yanchor='top', pad=dict(t=0))
     visible = lambda j: [order[k] == j for k in range(len(order))]
-    b_slider = dict(active=b0, currentvalue=dict(prefix='β* = '), x=0.3, len=0.7, y=1.36, yanchor='top', pad=dict(t=0),
-                    steps=[dict(label=f'{lo:.2f} + {span:.2f} c', method='restyle', args=[{'visible': visible(j)}, readable])
+    b_slider = dict(active=b0, currentvalue=dict(prefix='β*<sub>h</sub> = '), x=0, len=1, y=below_top(135), yanchor='top', pad=dict(t=0, l=10, r=40),
+                    steps=[dict(label=f'{lo:.2f} + {span:.2f} c<sub>h</sub>', method='restyle', args=[{'visible': visible(j) * 2}, readable + tables])
                            for j, (lo, span) in enumerate(betas)])
     def head_data(key):
         tr = [_kernel_traces(v) for v in views[key][m0]]
         main = tr[b0] + [dict(x=tr[j][1]['x'], y=tr[j][1]['y']) for j in order[1:]]
-        names = [None] * n_traces
+        names = [None] * len(fig.data)
         for k, j in zip(readable, order): names[k] = _readable_name(views[key][m0][j], *betas[j])
-        return {'x': [t['x'] for t in main], 'y': [t['y'] for t in main], 'visible': [True] * 6 + [False] * (len(betas) - 1),
-                'name': [n if n is not None else fig.data[k].name for k, n in enumerate(names)]}
+        return {'x': [t['x'] for t in main] + [None] * len(tables), 'y': [t['y'] for t in main] + [None] * len(tables),
+                'visible': [True] * 6 + [False] * (len(betas) - 1) + visible(b0),
+                'name': [n if n is not None else fig.data[k].name for k, n in enumerate(names)],
+                'cells.values[1]': [None] * len(main) + column(key, m0, 1), 'cells.values[3]': [None] * len(main) + column(key, m0, 3)}
     v0 = views[first][m0]
     fig = fig_memory_kernel(v0[b0])
     fig.data[1].name = _readable_name(v0[b0], *betas[b0])
@@ -448,9 +478,14 @@ def explorer_figure(stats: AttentionStats, seq_len: int, head_dim: int, multipli
         t = _kernel_traces(v0[j])[1]
         fig.add_trace(go.Scatter(**t, mode='lines', name=_readable_name(v0[j], *betas[j]), visible=False,
                                  line=dict(color='#ff7f0e', width=2.5)), 1, 1)
+    for k, j in enumerate(order): fig.add_trace(_numbers_table(v0[j], *betas[j], [1 - table_px / area, 1], k == 0))
+    fig.update_yaxes(domain=[0, panel_top])
+    for a in fig.layout.annotations: a.y = panel_top                                       # the two panels' titles
     buttons = [dict(label=f'layer {l}, head {h}', method='update',
-                    args=[head_data((l, h)), {'title.text': _title(views[(l, h)][m0][b0], beta=False), 'sliders': [m_slider((l, h)), b_slider]}])
+                    args=[head_data((l, h)), {'title.text': _title(views[(l, h)][m0][b0], numbers=False), 'sliders': [m_slider((l, h)), b_slider]}])
                for l, h in heads]
-    return fig.update_layout(updatemenus=[dict(buttons=buttons, active=heads.index(first), direction='down', x=0.0, xanchor='left', y=1.54, yanchor='top')],
-                             sliders=[m_slider(first), b_slider], title=dict(text=_title(v0[b0], beta=False), y=0.98, yanchor='top'),
-                             height=730, margin=dict(t=260, b=150))
+    return fig.update_layout(updatemenus=[dict(buttons=buttons, active=heads.index(first), direction='down', x=0.0, xanchor='left',
+                                               y=below_top(60), yanchor='top')],
+                             sliders=[m_slider(first), b_slider], height=height, margin=dict(t=top, b=bottom, l=60, r=30),
+                             title=dict(text=_title(v0[b0], numbers=False), x=0, xref='paper', xanchor='left', y=1 - 12 / height, yanchor='top'),
+                             legend=dict(orientation='h', x=0, y=-105 / area, yanchor='top'))

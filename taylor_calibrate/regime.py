@@ -101,10 +101,17 @@ def fig_gauge_sweep(sweep: dict, context_rms: float | None = None, keep: str = '
     for init, g in df.groupby('init', sort=False):
         fig.add_trace(go.Scatter(x=g.k, y=g.ppl, error_y=dict(type='data', array=g['std']), mode='lines+markers', name=init,
                                  text=[f'{n} seed(s)' for n in g.seeds]))
-    fig.add_hline(y=sweep['teacher_test_ppl'], line_dash='dot', line_color='gray', annotation_text='teacher (any k)')
+    t = sweep['teacher_test_ppl']
+    # both axes are log: plotly reads a shape's position in data units and an annotation's in log10 units, so the labels are
+    # placed in log10 units here (add_hline/add_vrect's annotation_text gives its label the shape's data value, an exponent)
+    fig.add_hline(y=t, line_dash='dot', line_color='gray')
+    fig.add_annotation(x=1, xref='paper', xanchor='right', y=math.log10(t), yref='y', yanchor='top', showarrow=False,
+                       text='teacher (any k)', font=dict(color='gray'))
     if context_rms is not None:
         lo, hi = llama_k_range(sweep, context_rms)
-        fig.add_vrect(x0=lo, x1=hi, fillcolor='orange', opacity=0.12, line_width=0, annotation_text='context size of Llama-3.2-3B')
+        fig.add_vrect(x0=lo, x1=hi, fillcolor='orange', opacity=0.12, line_width=0)
+        fig.add_annotation(x=math.log10(math.sqrt(lo * hi)), xref='x', y=1, yref='paper', yanchor='bottom', showarrow=False,
+                           text='context size of Llama-3.2-3B')
     return fig.update_layout(title=f'The same teacher in different gauges ({keep})', height=460,
                              xaxis=dict(title='k (W_V / k, k W_O)', type='log'), yaxis=dict(title='test perplexity', type='log'))
 

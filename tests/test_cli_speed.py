@@ -1,0 +1,58 @@
+"The console script answers --help and argument errors at once: its parser imports neither torch, transformers nor plotly."
+import statistics, subprocess, sys, time
+from pathlib import Path
+
+EXE = str(Path(sys.executable).with_name('taylor-calibrate'))
+HEAVY = ('torch', 'transformers', 'plotly', 'datasets')
+LIMIT_S = 1.5
+
+def timed(*args):
+    "The console script's result and its wall time in seconds (the median of 3 runs)."
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        r = subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, timeout=60)
+        times.append(time.perf_counter() - t0)
+    return r, statistics.median(times)
+
+def test_help_is_quick():
+    for args in (['--help'], ['demo', '--help'], ['convert', '--help'], ['distill', '--help'], ['export', '--help']):
+        r, s = timed(*args)
+        assert r.returncode == 0 and 'usage: taylor-calibrate' in r.stdout, r.stderr
+        assert s < LIMIT_S, f'{" ".join(args)} took {s:.2f} s'
+
+def test_argument_errors_are_quick(tmp_path):
+    cases = [(['convert', '--teacher', 'tiny-qwen2'], 2, 'the following arguments are required: --out'),
+             (['distill', '--student', 's', '--tokens', '8', '--out', tmp_path/'o', '--schedule', 'sawtooth'], 2, 'invalid choice'),
+             (['convert', '--keep', 'nonsense:0.5', '--teacher', 'tiny-qwen2', '--out', tmp_path/'o'], 1, "--keep 'nonsense:0.5'"),
+             (['demo', '--inits', 'naive,magic', '--out', tmp_path/'o'], 1, "unknown init 'magic'"),
+             (['demo', '--teacher', 'Qwen/Qwen3-0.6B', '--out', tmp_path/'o'], 1, 'convert takes any teacher')]
+    for args, code, needle in cases:
+        r, s = timed(*args)
+        assert r.returncode == code and needle in r.stderr and 'Traceback' not in r.stderr, r.stderr
+        assert s < LIMIT_S, f'{" ".join(map(str, args))} took {s:.2f} s'
+    assert not (tmp_path/'o').exists()
+
+def imported_by(*args) -> set[str]:
+    "The top-level modules the console script imports for `args` (python -X importtime)."
+    r = subprocess.run([sys.executable, '-X', 'importtime', EXE, *args], capture_output=True, text=True, timeout=60)
+    return {l.split('|')[-1].strip().split('.')[0] for l in r.stderr.splitlines() if l.startswith('import time:')}
+
+def test_the_parser_imports_no_heavy_library(tmp_path):
+    for args in (['--help'], ['convert', '--help'], ['convert', '--keep', 'nonsense:0.5', '--teacher', 't', '--out', str(tmp_path/'o')]):
+        mods = imported_by(*args)
+        assert 'taylor_calibrate' in mods and not mods & set(HEAVY), (args, sorted(mods & set(HEAVY)))
+    code = ("import sys; sys.argv[0] = 'taylor-calibrate'\n"      # as in the console script
+            "import taylor_calibrate.cli as c; c.build_parser().parse_args(['demo'])\n"
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == '[]', r.stdout + r.stderr
+
+def test_importing_the_package_elsewhere_still_registers_the_hybrid_types():
+    "Outside the console script `import taylor_calibrate` imports the conversion code, so AutoModelForCausalLM knows hybrids."
+    from taylor_calibrate.convert import HYBRID_PREFIX
+    code = ("import sys, taylor_calibrate\n"
+            "from transformers.models.auto.configuration_auto import CONFIG_MAPPING\n"
+            f"print('taylor_calibrate.convert' in sys.modules, all({HYBRID_PREFIX!r} + t in CONFIG_MAPPING for t in ('qwen2', 'qwen3', 'llama')))")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.split() == ['True', 'True'], r.stdout + r.stderr
