@@ -6,7 +6,7 @@ import pytest, torch
 from transformers import AutoConfig, AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 import taylor_calibrate
 from taylor_calibrate.convert import gdn_modules, to_hybrid
-from taylor_calibrate.hybrid import hybrid_classes, load_hybrid, save_hybrid
+from taylor_calibrate.convert import hybrid_classes, load_hybrid, save_hybrid
 from conftest import ROOT, with_dynamics
 
 torch.set_num_threads(1)
@@ -141,7 +141,7 @@ def test_cpu_path_never_imports_fla(tmp_path):
         import taylor_calibrate
         from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
         from taylor_calibrate.convert import to_hybrid
-        from taylor_calibrate.hybrid import save_hybrid
+        from taylor_calibrate.convert import save_hybrid
         from taylor_calibrate.core import calibrate
         torch.manual_seed(0)
         t = Qwen3ForCausalLM(Qwen3Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
