@@ -15,6 +15,8 @@ py_versions = ['3.10', '3.11', '3.12', '3.13']
 requirements = cfg.get('requirements', '').split()
 dev_requirements = cfg.get('dev_requirements', '').split()
 cuda_requirements = cfg.get('cuda_requirements', '').split()   # fla's Triton kernels, for CUDA machines
+notebooks_requirements = cfg.get('notebooks_requirements', '').split()   # the notebooks in JupyterLab, and `taylor-calibrate explore`
+serve_requirements = cfg.get('serve_requirements', '').split()   # empty: the vLLM plugin, beside an installed vLLM
 package_data = {cfg['lib_name']: cfg.get('package_data', '').split()}
 
 setuptools.setup(
@@ -32,7 +34,7 @@ setuptools.setup(
     package_data=package_data,
     include_package_data=True,
     install_requires=requirements,
-    extras_require={'dev': dev_requirements, 'cuda': cuda_requirements},
+    extras_require={'dev': dev_requirements, 'cuda': cuda_requirements, 'serve': serve_requirements, 'notebooks': notebooks_requirements},
     python_requires='>=' + min_python,
     description=cfg['description'],
     long_description=open('README.md', encoding='utf-8').read(),

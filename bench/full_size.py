@@ -183,7 +183,8 @@ def measure(name, init, dtype, steps, calib_tokens, quick, device='cpu'):
     from transformers import AutoModelForCausalLM
     sys.path.insert(0, str(ROOT))
     from taylor_calibrate.stats import attention_stats
-    from taylor_calibrate.convert import to_hybrid, save_hybrid, load_hybrid, shared_weights
+    from taylor_calibrate.convert import to_hybrid, shared_weights
+    from taylor_calibrate.hybrid import save_hybrid, load_hybrid
     from taylor_calibrate.core import calibrate
     torch.manual_seed(0)
     c = config_for(name, quick)

@@ -167,7 +167,8 @@ def random_qwen3(vocab_size, seed=0):
 def make_exports() -> dict:
     import torch
     from taylor_calibrate.teacher import load_teacher
-    from taylor_calibrate.convert import to_hybrid, export_hybrid, export_blockers
+    from taylor_calibrate.convert import to_hybrid
+    from taylor_calibrate.export import export_hybrid, export_blockers
     _, tok = load_teacher()
     out = {}
     specs = [('random-qwen3', lambda: random_qwen3(len(tok)), [0], dict(use_short_conv=True)),

@@ -116,7 +116,7 @@ def make_export(keep, directory: Path, seed: int = 0) -> Path:
     torch.set_num_threads(1)
     from taylor_calibrate.teacher import load_teacher
     from taylor_calibrate.core import calibrate
-    from taylor_calibrate.convert import export_hybrid
+    from taylor_calibrate.export import export_hybrid
     _, tok = load_teacher('tiny-qwen3')   # only its tokenizer: the served model gets a real one
     teacher = random_teacher(tok, seed=seed)
     hybrid = calibrate(teacher, 'train', keep=list(keep), init='taylor', tokenizer=tok, seq_len=128, calib_tokens=512,
@@ -247,7 +247,7 @@ def max_abs_diff(a, b) -> float:
 
 def check_dir(py: Path, directory: Path, lengths, core: int, log_dir: Path, startup_timeout: float) -> dict:
     "The check of one export directory: reference gap, vLLM against float32, batched against one at a time."
-    from taylor_calibrate.convert import attention_interval
+    from taylor_calibrate.export import attention_interval
     directory = Path(directory)
     cfg = json.loads((directory/'config.json').read_text())
     prompts = prompts_for(directory, lengths)

@@ -6,7 +6,8 @@ What it checks
 that registers the architectures `save_hybrid` writes (`TaylorCalibrate{Qwen2,Qwen3,Llama,Mistral}ForCausalLM`), so that
 `vllm serve DIR` runs a saved hybrid directly: kept layers are vLLM's own layers of the teacher family, converted layers
 vLLM's Qwen3.5 GDN layer with the package's separate projections fused at load time (`taylor_calibrate.vllm_model`).
-This script installs the package into a vLLM environment (`pip install --no-deps -e .`) and runs the real engine:
+This script installs the package into a vLLM environment as a user does (`pip install -e ".[serve]"`, with that
+environment's installed versions as constraints, so that no version vLLM pins moves) and runs the real engine:
 
 1. For each family builds a small random teacher with GQA and head dimension 128 (vLLM's CPU GDN kernel takes 64 and
    128, bfloat16 only): Qwen2 (q/k/v biases; 2 query heads x 128, 1 KV head, as vLLM's Qwen2 attention derives the head
@@ -16,12 +17,14 @@ This script installs the package into a vLLM environment (`pip install --no-deps
    `--init convert`: `to_hybrid` only), and saves it with `save_hybrid` in bfloat16.
 2. Reference: the package itself (`load_hybrid`) computes the log-probability of every prompt token (validation
    split), in float32 and in bfloat16, one prompt at a time. Its rounding gap is max |logprob_bf16 - logprob_fp32|.
+   The package installed in vLLM's environment computes the bfloat16 ones again there, under vLLM's transformers.
 3. Starts vLLM's OpenAI server for DIR (what `vllm serve DIR` runs; bfloat16, eager, one CPU core, 127.0.0.1, prefix
    caching off) and asks /v1/completions for the prompt log-probabilities: all prompts in one request (prompts of
    different lengths, some longer than a 64-token chunk, and two that share a 70-token prefix), then each prompt
    alone. It also generates 16 tokens greedily from the first two prompts (vLLM's one-token GDN kernel, continuing
    from the recurrent state its prefill left); stops the server.
-4. Passes when max |vLLM - package bf16| <= 2 x gap (both the batched and the one-at-a-time answers),
+4. Passes when the package in vLLM's environment is within 2 x gap of itself in the project's environment,
+   max |vLLM - package bf16| <= 2 x gap (both the batched and the one-at-a-time answers),
    max |batched - one at a time| <= 2 x gap, the generated tokens' log-probabilities agree with the package's (one
    forward over prompt + generated tokens) within 2 x gap, and the generated tokens are those of the package's
    `generate` (greedy, float32) up to the first step whose top-two log-probability margin is within 2 x gap (where two
@@ -42,7 +45,7 @@ This script installs the package into a vLLM environment (`pip install --no-deps
 Writes the numbers and verdicts to `--out` (JSON), prints a summary, exits non-zero when a check fails.
 
 How to run (repository root, the project's environment; needs the vLLM environment of bench/serve_check.py, made on
-first use, into which this installs the package with `pip install --no-deps -e .` if it is missing):
+first use, into which this installs the package with `pip install -e ".[serve]"` if it or a requirement is missing):
 
     .venv/bin/python bench/vllm_plugin_check.py --prefix-caching --bad-inputs --throughput   # bench/results/vllm_plugin_check.json
     .venv/bin/python bench/vllm_plugin_check.py --families qwen2 llama --quick --out /tmp/q.json   # .ci/run's form
@@ -101,7 +104,8 @@ def make_hybrid(family: str, directory: Path, init: str = 'calibrate', head_dim:
     import torch
     torch.set_num_threads(1)
     from taylor_calibrate.teacher import load_teacher
-    from taylor_calibrate.convert import to_hybrid, save_hybrid
+    from taylor_calibrate.convert import to_hybrid
+    from taylor_calibrate.hybrid import save_hybrid
     _, tok = load_teacher('tiny-qwen3')   # only its tokenizer
     teacher = random_teacher(family, tok, head_dim=head_dim, seed=seed)
     if init == 'calibrate':
@@ -135,7 +139,7 @@ def prompts_for(directory: Path, lengths) -> tuple[list[list[int]], list[list[in
 def package_logprobs(directory: Path, prompts) -> dict:
     "Prompt-token log-probabilities from the package's own forward (`load_hybrid`), float32 and bfloat16, one prompt at a time."
     import torch
-    from taylor_calibrate.convert import load_hybrid
+    from taylor_calibrate.hybrid import load_hybrid
     torch.set_num_threads(1)
     out = {}
     for name in ('float32', 'bfloat16'):
@@ -170,10 +174,23 @@ def vllm_generate(base: str, prompts, new_tokens: int = NEW_TOKENS, timeout: flo
     return _greedy_request(base, prompts, new_tokens, timeout)[0]
 
 
+def package_logprobs_in_vllm_env(py: Path, directory: Path, prompts) -> dict:
+    """`package_logprobs` run by the vLLM environment's interpreter: the package, installed there with its requirements,
+    loading and running the hybrid under the transformers vLLM pins (the oldest the package admits)."""
+    with tempfile.TemporaryDirectory(prefix='vllm_env_package_') as tmp:
+        (Path(tmp)/'prompts.json').write_text(json.dumps(prompts))
+        code = (f'import json, sys; from pathlib import Path; sys.path.insert(0, {str(ROOT/"bench")!r}); import vllm_plugin_check as v; '
+                f'p = json.loads(Path({str(Path(tmp)/"prompts.json")!r}).read_text()); '
+                f'print(json.dumps(v.package_logprobs(Path({str(directory)!r}), p)))')
+        r = subprocess.run([str(py), '-c', code], capture_output=True, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    if r.returncode: raise RuntimeError(f"the package could not run {directory} in vLLM's environment:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def package_continuation_logprobs(directory: Path, prompts, continuations, dtype: str = 'bfloat16') -> list[list[float]]:
     "The package's log-probabilities of given continuations of `prompts` (one forward over prompt + continuation)."
     import torch
-    from taylor_calibrate.convert import load_hybrid
+    from taylor_calibrate.hybrid import load_hybrid
     m = load_hybrid(str(directory), dtype=getattr(torch, dtype)).eval()
     out = []
     with torch.no_grad():
@@ -187,7 +204,7 @@ def package_continuation_logprobs(directory: Path, prompts, continuations, dtype
 def package_greedy(directory: Path, prompts, new_tokens: int) -> list[tuple[list[int], list[float]]]:
     "The package's greedy continuations (`generate`, float32) of `prompts`: (token ids, top-two log-probability margin at each step)."
     import torch
-    from taylor_calibrate.convert import load_hybrid
+    from taylor_calibrate.hybrid import load_hybrid
     m = load_hybrid(str(directory), dtype=torch.float32).eval()
     out = []
     with torch.no_grad():
@@ -213,15 +230,40 @@ def greedy_agreement(served, package, tolerance: float) -> dict:
     return dict(greedy_checked=checked, greedy_agree=agree, greedy_stops=stops)
 
 
+# the plugin's entry point is there, and every requirement of the installed package is met in that environment
+PLUGIN_INSTALLED = """
+import importlib.metadata as m
+from packaging.requirements import Requirement
+eps = [e.value for e in m.entry_points(group='vllm.general_plugins')]
+assert 'taylor_calibrate.vllm_plugin:register' in eps, eps
+def met(r):
+    try: return r.specifier.contains(m.version(r.name), prereleases=True)
+    except m.PackageNotFoundError: return False
+reqs = [Requirement(s) for s in m.requires('taylor-calibrate') or []]
+unmet = [str(r) for r in reqs if (r.marker is None or r.marker.evaluate({'extra': 'serve'})) and not met(r)]
+assert not unmet, f'unmet requirements: {unmet}'
+print(m.version('taylor-calibrate'))
+"""
+
+def vllm_constraints(py: Path, path: Path) -> Path:
+    "The vLLM environment's installed versions (`pip freeze`, less this package) written to `path` as pip constraints."
+    frozen = subprocess.run([str(py), '-m', 'pip', 'freeze', '--exclude', 'taylor-calibrate'], check=True, capture_output=True,
+                            text=True).stdout.splitlines()
+    path.write_text(''.join(l + '\n' for l in frozen if l and not l.startswith(('-e', '#')) and ' @ ' not in l))
+    return path
+
+
 def ensure_plugin(py: Path) -> str:
-    "Install the package into the vLLM environment (editable, no dependencies) unless its plugin is there; its version."
-    code = ('import importlib.metadata as m; eps = [e.value for e in m.entry_points(group="vllm.general_plugins")]; '
-            'assert "taylor_calibrate.vllm_plugin:register" in eps, eps; print(m.version("taylor-calibrate"))')
-    r = subprocess.run([str(py), '-c', code], capture_output=True, text=True)
+    """Install the package into the vLLM environment as a user does, `pip install -e ".[serve]"` (editable: the check runs
+    this checkout), unless its plugin is there with its requirements met; its version. The environment's installed
+    versions are the install's constraints: pip then adds what the package needs and never moves a version vLLM has
+    (a requirement that vLLM's pins cannot meet fails the install, naming the conflict, instead of replacing them)."""
+    r = subprocess.run([str(py), '-c', PLUGIN_INSTALLED], capture_output=True, text=True)
     if r.returncode:
-        # --no-deps: the plugin needs only what vLLM's environment has, and vLLM pins a transformers below the package's floor
-        subprocess.run([str(py), '-m', 'pip', 'install', '--quiet', '--no-deps', '-e', str(ROOT)], check=True)
-        r = subprocess.run([str(py), '-c', code], capture_output=True, text=True, check=True)
+        with tempfile.TemporaryDirectory(prefix='vllm_constraints_') as tmp:
+            constraints = vllm_constraints(py, Path(tmp)/'constraints.txt')
+            subprocess.run([str(py), '-m', 'pip', 'install', '--quiet', '-e', f'{ROOT}[serve]', '-c', str(constraints)], check=True)
+        r = subprocess.run([str(py), '-c', PLUGIN_INSTALLED], capture_output=True, text=True, check=True)
     return r.stdout.strip()
 
 
@@ -302,6 +344,7 @@ def check_family(py: Path, family: str, work: Path, init: str, lengths, core: in
     t0 = time.time(); ref = package_logprobs(directory, everything); t_ref = time.time() - t0
     fp32, bf16 = ref['float32'], ref['bfloat16']
     gap = max_abs_diff(bf16, fp32)
+    t0 = time.time(); in_env = package_logprobs_in_vllm_env(py, directory, everything); t_env = time.time() - t0
     wait_for_other_servers()
     t0 = time.time()
     with plugin_server(py, directory, work/f'vllm_{family}.log', core) as base:
@@ -323,6 +366,7 @@ def check_family(py: Path, family: str, work: Path, init: str, lengths, core: in
                shared_prefix=SHARED_PREFIX, package_model_class=ref['model_class'],
                plugin_lines=[l.split('] ', 1)[-1] for l in log.splitlines() if PLUGIN_MARK in l][:3],
                bf16_fp32_gap=gap, tolerance=tol,
+               package_in_vllm_env_vs_package_bf16=max_abs_diff(in_env['bfloat16'], bf16),
                vllm_vs_package_bf16=max_abs_diff(batched, bf16), vllm_single_vs_package_bf16=max_abs_diff(single, bf16),
                vllm_vs_package_fp32=max_abs_diff(batched, fp32), batched_vs_single=max_abs_diff(batched, single),
                shared_prefix_batched_vs_single=max_abs_diff(batched[n:], single[n:]),
@@ -331,12 +375,14 @@ def check_family(py: Path, family: str, work: Path, init: str, lengths, core: in
                decode_vs_package_fp32=max_abs_diff([g[1] for g in generated], ref_dec32),
                **greedy,
                shared_prefix_common_part=max(abs(x - y) for x, y in zip(batched[n][:SHARED_PREFIX - 1], batched[n + 1][:SHARED_PREFIX - 1])),
-               seconds=dict(build=round(t_build, 1), reference=round(t_ref, 1), server_start=round(t_start, 1), requests=round(t_req, 1)))
+               seconds=dict(build=round(t_build, 1), reference=round(t_ref, 1), package_in_vllm_env=round(t_env, 1), server_start=round(t_start, 1), requests=round(t_req, 1)))
+    res['pass_package_in_vllm_env'] = res['package_in_vllm_env_vs_package_bf16'] <= tol
     res['pass_logprobs'] = max(res['vllm_vs_package_bf16'], res['vllm_single_vs_package_bf16']) <= tol
     res['pass_batched'] = res['batched_vs_single'] <= tol
     res['pass_decode'] = res['decode_vs_package_bf16'] <= tol
     res['pass_greedy'] = res['greedy_agree'] == res['greedy_checked']
-    res['pass'] = res['pass_logprobs'] and res['pass_batched'] and res['pass_decode'] and res['pass_greedy']
+    res['pass'] = (res['pass_package_in_vllm_env'] and res['pass_logprobs'] and res['pass_batched'] and res['pass_decode']
+                   and res['pass_greedy'])
     return res
 
 
@@ -427,7 +473,8 @@ def check_throughput(py: Path, work: Path, core: int, prompt_tokens: int = THROU
     one core, requests alternating: prefill and decode tokens per second, medians over `repeats`, and hybrid / teacher."""
     import statistics, torch
     from taylor_calibrate.teacher import load_teacher, corpus_token_ids
-    from taylor_calibrate.convert import to_hybrid, save_hybrid
+    from taylor_calibrate.convert import to_hybrid
+    from taylor_calibrate.hybrid import save_hybrid
     _, tok = load_teacher('tiny-qwen3')
     teacher = random_teacher('qwen3', tok, max_positions=THROUGHPUT_MAX_LEN)
     dirs = dict(teacher=work/'throughput_teacher', hybrid=work/'throughput_hybrid')
@@ -489,7 +536,8 @@ def main(argv=None) -> int:
                 r = dict(family=fam, pass_=False, error=f'{type(e).__name__}: {str(e)[-3000:]}'); r['pass'] = False
                 print(f'[{fam}] ERROR {r["error"][:2000]}', flush=True)
             else:
-                print(f"[{fam}] gap {r['bf16_fp32_gap']:.4f}  vLLM-package_bf16 {r['vllm_vs_package_bf16']:.4f} "
+                print(f"[{fam}] gap {r['bf16_fp32_gap']:.4f}  package_in_vLLM_env-package_bf16 {r['package_in_vllm_env_vs_package_bf16']:.4f}  "
+                      f"vLLM-package_bf16 {r['vllm_vs_package_bf16']:.4f} "
                       f"(one at a time {r['vllm_single_vs_package_bf16']:.4f})  vLLM-fp32 {r['vllm_vs_package_fp32']:.4f}  "
                       f"batched-single {r['batched_vs_single']:.4f}  decode-package_bf16 {r['decode_vs_package_bf16']:.4f}  "
                       f"greedy {r['greedy_agree']}/{r['greedy_checked']} steps  tolerance {r['tolerance']:.4f}  "

@@ -13,7 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from tqdm.auto import tqdm
 from .teacher import perplexity
-from .convert import teacher_model_type, unshare_weights
+from .hybrid import teacher_model_type
+from .convert import unshare_weights
 
 # %% ../nbs/06_distill.ipynb #4950fe21
 def distill_loss(student_logits, teacher_logits, input_ids=None, ce_weight: float = 0.0):

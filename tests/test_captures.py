@@ -1,13 +1,14 @@
 """Captures collected in segments resumed from the stored residual stream equal passes from the embeddings, to the bit.
 
 The reference is a pass from the embeddings per capture group, `attention_stats(teacher, ids, layers=group, capture=group)`;
-`calibrate` runs one pass over each window set, a group's segment at a time (`core._layer_captures`). Statistics,
+`calibrate` runs one pass over each window set, a group's segment at a time (`windows.layer_captures`). Statistics,
 captures and capture masks must be equal (`torch.equal`), and so must the calibrated state dicts of `calibrate` with the
 default capture budget and with one layer per group.
 """
 import gc, itertools, weakref
 import pytest, torch
 import taylor_calibrate.core as core
+import taylor_calibrate.windows as windows
 from taylor_calibrate.stats import ResidualStream, attention_stats
 from test_convert import tiny
 
@@ -22,7 +23,7 @@ def assert_same(got, want, layers):
     assert torch.equal(got.capture_mask, want.capture_mask)
 
 def one_layer_per_group(monkeypatch):
-    monkeypatch.setattr(core, 'CAPTURE_FLOOR', 1); monkeypatch.setattr(core, 'CAPTURE_BUDGET', 0.)
+    monkeypatch.setattr(windows, 'CAPTURE_FLOOR', 1); monkeypatch.setattr(windows, 'CAPTURE_BUDGET', 0.)
 
 def padded(vocab, lengths, seed=0):
     "Sequences of different lengths: batches of 2 then hold padding and are cut to their own longest sequence."
@@ -77,19 +78,19 @@ def test_shipped_layer_captures_equal_per_group_passes(shipped, monkeypatch):
     "What `calibrate` reads for each layer (statistics, captures on calibration and held-out windows) equals passes from the embeddings."
     name, teacher, tok = shipped
     one_layer_per_group(monkeypatch)
-    windows = core.token_windows('train', tok, 256, max_tokens=7 * 256)
-    cal, held = windows[:5], windows[5:7]
+    ids = core.token_windows('train', tok, 256, max_tokens=7 * 256)
+    cal, held = ids[:5], ids[5:7]
     n = teacher.config.num_hidden_layers
     conv = [l for l in range(n) if l != n // 2]                   # a kept attention layer between two converted ones
-    groups = core.capture_groups(teacher, conv, cal.numel() + held.numel())
+    groups = windows.capture_groups(teacher, conv, cal.numel() + held.numel())
     assert groups == [[l] for l in conv]
     calls = []
     def counted(*a, **kw):
         calls.append((kw['resume'].layer if kw.get('resume') is not None else 0, kw.get('keep_residual', False)))
         return attention_stats(*a, **kw)
-    monkeypatch.setattr(core, 'attention_stats', counted)
+    monkeypatch.setattr(windows, 'attention_stats', counted)
     timings = dict(statistics_s=0.)
-    captures = core._layer_captures(teacher, cal, held, conv, timings, False)
+    captures = windows.layer_captures(teacher, cal, held, conv, timings, False)
     first = next(captures)
     stream = weakref.ref(first[1].residual.hidden)                # the calibration windows' stream, shared by all segments
     assert first[1].residual.hidden.dtype == torch.float32 and first[1].residual.hidden.shape == (5, 256, teacher.config.hidden_size)
@@ -120,7 +121,7 @@ def test_calibrate_is_the_same_with_one_layer_per_group(shipped, init, monkeypat
     run = lambda: core.calibrate(teacher, 'train', init=init, tokenizer=tok, steps=4, progress=False)
     default = run()
     rep = default.calibration_report
-    groups = lambda: core.capture_groups(teacher, rep.converted, rep.data['calib_tokens'] + rep.data['heldout_tokens'])
+    groups = lambda: windows.capture_groups(teacher, rep.converted, rep.data['calib_tokens'] + rep.data['heldout_tokens'])
     assert len(groups()) < len(rep.converted)
     one_layer_per_group(monkeypatch)
     assert groups() == [[l] for l in rep.converted]

@@ -50,7 +50,7 @@ def test_data_and_teacher_help_name_what_they_take():
     from taylor_calibrate.cli import build_parser
     from taylor_calibrate.teacher import SHIPPED_TEACHERS, REGISTRY_TEACHERS
     helps = {(cmd, a.dest): ' '.join(a.help.split()) for cmd, a in _options(build_parser()) if a.dest in ('data', 'teacher')}
-    assert {c for c, d in helps if d == 'teacher'} == {'demo', 'diagnose', 'convert', 'distill'}
+    assert {c for c, d in helps if d == 'teacher'} == {'demo', 'diagnose', 'convert', 'distill', 'explore'}
     for (cmd, dest), h in helps.items():
         if dest == 'teacher': assert all(n in h for n in [*SHIPPED_TEACHERS, *REGISTRY_TEACHERS, '.gguf']), (cmd, h)
         else: assert all(w in h for w in ('train', 'valid', 'text files', 'comma-separated', 'NAME:CONFIG:SPLIT')), (cmd, h)
@@ -105,3 +105,94 @@ def test_api_wording_becomes_command_line_wording(tmp_path):
         assert cli in _cli_wording(msg), _cli_wording(msg)      # the command line names its options
     r = run('convert', '--teacher', 'tiny-qwen2', '--out', str(tmp_path/'full'))
     assert r.returncode == 1 and 'pass --overwrite to replace' in r.stderr and 'overwrite=True' not in r.stderr, r.stderr
+
+def test_threads_on_every_command_that_computes():
+    "demo, diagnose, convert, distill and explore take --threads: auto (the default), a count, or 0 for torch's default."
+    from taylor_calibrate.cli import build_parser
+    p = build_parser()
+    base = {'demo': [], 'diagnose': [], 'convert': ['--teacher', 't', '--out', 'o'], 'distill': ['--student', 's', '--tokens', '8', '--out', 'o'],
+            'explore': []}
+    for cmd, args in base.items():
+        assert p.parse_args([cmd, *args]).threads == 'auto'
+        assert [p.parse_args([cmd, *args, '--threads', n]).threads for n in ('0', '3')] == [0, 3]
+    r = run('demo', '--threads', '-1')
+    assert r.returncode == 2 and "argument --threads: must be auto or an integer >= 0, got '-1'" in r.stderr, r.stderr
+
+def test_auto_threads(monkeypatch):
+    "auto: OMP_NUM_THREADS if set; one thread for the shipped and registry teachers; else the cores not busy, at most torch's default."
+    from taylor_calibrate.cli import choose_threads
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    assert [choose_threads('auto', t)[0] for t in (None, 'tiny-qwen2', 'tiny-qwen3', 'smollm2-135m')] == [1, 1, 1, 1]
+    assert [choose_threads('auto', 'Qwen/Qwen3-0.6B', cores=16, load=l)[0] for l in (0.2, 3.4, 15.9, 40.0)] == [16, 13, 1, 1]
+    assert choose_threads('auto', './my-model', cores=16, load=0.0, most=8)[0] == 8
+    assert choose_threads(0, None) == (None, "--threads 0: torch's own default, one per core")
+    monkeypatch.setenv('OMP_NUM_THREADS', '3')
+    assert choose_threads('auto', None) == (3, 'OMP_NUM_THREADS=3') and choose_threads(2, None) == (2, '--threads 2')
+
+def test_the_early_teacher_check_is_load_teachers():
+    "The command line's 'did you mean' (before torch is imported) says what load_teacher's says, for the same names."
+    from taylor_calibrate.cli import _check_teacher_name
+    from taylor_calibrate.teacher import check_teacher_name
+    for name in ('tiny_qwen2', 'tiny-qwen', 'tinyqwen3', 'smollm2', 'smolm2-135m', 'Qwen/Qwen3-0.6B', 'gpt2', './x', 'tiny-qwen2', 'a/b/c'):
+        assert _message_or_none(lambda: _check_teacher_name(name)) == _message_or_none(lambda: check_teacher_name(name)), name
+    assert "did you mean 'tiny-qwen2'?" in _message_or_none(lambda: _check_teacher_name('tiny_qwen2'))
+
+def _message_or_none(f):
+    try: f()
+    except ValueError as e: return str(e)
+    return None
+
+def _written_notebook(stdout: str) -> Path:
+    "The notebook `explore` says it wrote (its second line: 'wrote PATH: ...')."
+    line = stdout.splitlines()[1]
+    assert line.startswith('wrote '), stdout
+    return Path(line.split()[1].rstrip(':'))
+
+def test_explore_dry_run_writes_two_cells_into_a_new_temporary_folder(tmp_path):
+    "explore writes its notebook into a new folder under the temporary directory, never where it is run, and passes options to jupyter lab."
+    import json, os, nbformat
+    cwd, tmp = tmp_path/'work', tmp_path/'tmp'
+    cwd.mkdir(); tmp.mkdir(); (cwd/'explore.ipynb').write_text('mine')
+    env = {k: v for k, v in os.environ.items() if k != 'OMP_NUM_THREADS'} | {'TMPDIR': str(tmp)}
+    r = subprocess.run([EXE, 'explore', '--dry-run', '--no-browser', '--', '--port', '8890'], capture_output=True, text=True, cwd=cwd, env=env)
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    nb_path = _written_notebook(r.stdout)
+    assert nb_path.name == 'explore.ipynb' and nb_path.parent.parent == tmp and nb_path.parent.name.startswith('taylor-calibrate-explore-')
+    assert sorted(p.name for p in cwd.iterdir()) == ['explore.ipynb'] and (cwd/'explore.ipynb').read_text() == 'mine'
+    nb = nbformat.read(nb_path, as_version=4); nbformat.validate(nb)
+    assert [c.cell_type for c in nb.cells] == ['code', 'code'] and nb.metadata.kernelspec.name == 'python3'
+    assert nb.cells[0].source.splitlines() == ['import torch', 'from taylor_calibrate.explore import explore', 'torch.set_num_threads(1)   # '
+                                               "--threads auto: the shipped and registry teachers' small per-layer steps gain nothing from more"]
+    assert nb.cells[1].source == 'explore()'
+    assert r.stdout.splitlines()[0].startswith('threads: 1 (--threads auto')
+    import re
+    m = re.search(rf'in {re.escape(str(nb_path.parent))} with: (\S+) -m jupyterlab explore.ipynb --no-browser --port 8890$', r.stdout.rstrip())
+    assert m and Path(m[1]).samefile(sys.executable), r.stdout                   # the interpreter the package runs in
+    r2 = subprocess.run([EXE, 'explore', '--dry-run'], capture_output=True, text=True, cwd=cwd, env=env)
+    assert _written_notebook(r2.stdout).parent != nb_path.parent           # a new folder each time
+
+def test_explore_names_the_teacher_so_that_the_notebook_finds_it(tmp_path):
+    "A shipped or hub name goes into the notebook as it is; a local folder as an absolute path (the notebook runs elsewhere)."
+    import json
+    (tmp_path/'my-teacher').mkdir()
+    for teacher, call in (('tiny-qwen3', "explore(*load_teacher('tiny-qwen3'))"), ('Qwen/Qwen3-0.6B', "explore(*load_teacher('Qwen/Qwen3-0.6B'))"),
+                          ('my-teacher', f"explore(*load_teacher({str(tmp_path/'my-teacher')!r}))"), ('tiny-qwen2', 'explore()')):
+        r = subprocess.run([EXE, 'explore', '--dry-run', '--teacher', teacher, '--threads', '2'], capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        cells = [c['source'] for c in json.loads(_written_notebook(r.stdout).read_text())['cells']]
+        assert cells[1] == call and 'torch.set_num_threads(2)   # --threads 2' in cells[0], cells
+    for teacher, msg in (('tiny_qwen3', "did you mean 'tiny-qwen3'?"), ('./no/such/teacher', 'does not exist')):
+        r = subprocess.run([EXE, 'explore', '--dry-run', '--teacher', teacher], capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 1 and msg in r.stderr and r.stderr.count('\n') == 1, r.stderr
+
+def test_explore_without_jupyterlab_says_how_to_install_it(monkeypatch, capsys, tmp_path):
+    import importlib.util
+    from taylor_calibrate import cli
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda m, *a: None if m == 'jupyterlab' else find(m, *a))
+    monkeypatch.setattr(cli.tempfile, 'tempdir', str(tmp_path))
+    assert cli.main(['explore']) == 1
+    err = capsys.readouterr().err
+    assert err == ('taylor-calibrate explore: error: jupyterlab not installed: pip install -e ".[notebooks]" in the package\'s folder '
+                   'installs JupyterLab and what the notebooks import\n'), err
+    assert list(tmp_path.iterdir()) == []                                   # nothing written before the check

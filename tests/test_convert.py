@@ -5,9 +5,11 @@ import torch.nn.functional as F
 from transformers import (DynamicCache, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
-import taylor_calibrate.convert as convert
-from taylor_calibrate.convert import (attention_geometry, cache_bytes, check_teacher, converted_layers, gdn_modules, load_hybrid,
-                                      measured_cache_bytes, save_hybrid, select_layers, to_hybrid)
+import taylor_calibrate.convert as convert, taylor_calibrate.policies as policies
+from taylor_calibrate.cache import cache_bytes, measured_cache_bytes
+from taylor_calibrate.hybrid import load_hybrid, save_hybrid
+from taylor_calibrate.convert import attention_geometry, check_teacher, converted_layers, gdn_modules, to_hybrid
+from taylor_calibrate.policies import select_layers
 
 torch.set_num_threads(1)
 COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=8,
@@ -169,8 +171,8 @@ def test_shipped_teacher_save_load_bit_identical(tmp_path):
 def test_policies_on_shipped_teacher_use_validation_split(shipped, monkeypatch):
     teacher, tok = shipped
     splits = []
-    real = convert.corpus_token_ids
-    monkeypatch.setattr(convert, 'corpus_token_ids', lambda t, split, n=None: splits.append(split) or real(t, split, n))
+    real = policies.corpus_token_ids
+    monkeypatch.setattr(policies, 'corpus_token_ids', lambda t, split, n=None: splits.append(split) or real(t, split, n))
     before = snapshot(teacher)
     kept, scores = select_layers(teacher, 'ar:0.25', tokenizer=tok, max_tokens=1024, seq_len=256, progress=False)
     assert len(kept) == 2 and sorted(scores) == list(range(8))

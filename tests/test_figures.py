@@ -12,7 +12,8 @@ import plotly.graph_objects as go
 from transformers import Qwen2Config, Qwen2ForCausalLM
 from conftest import ROOT
 import gap_closed, grid_figure
-import taylor_calibrate.convert as convert, taylor_calibrate.distill as distill, taylor_calibrate.explore as explore
+import taylor_calibrate.cache as cache, taylor_calibrate.distill as distill, taylor_calibrate.explore as explore
+import taylor_calibrate.policies as policies
 import taylor_calibrate.gdn as gdn, taylor_calibrate.regime as regime, taylor_calibrate.stats as stats
 import taylor_calibrate.taylor as taylor, taylor_calibrate.teacher as teacher
 
@@ -80,10 +81,8 @@ def _gauge(name='gauge'):
 
 # the figures each function draws, by label: on the small inputs of the package's tests and on the committed results the docs draw
 BUILDERS = {
-    'convert.plot_layer_scores': lambda t: {'ar': convert.plot_layer_scores([0], {0: 0.895, 1: 0.584}, 'ar:0.5'),
-                                            'ga-s2': convert.plot_layer_scores([1], {0: 310.2, 1: 95.7}, 'ga-s2:0.5')},
-    'convert.plot_cache_memory': lambda t: {'': convert.plot_cache_memory({'teacher': t['teacher'].config, 'hybrid': t['student'].config},
-                                                                          max_len=4096)},
+    'cache.plot_cache_memory': lambda t: {'': cache.plot_cache_memory({'teacher': t['teacher'].config, 'hybrid': t['student'].config},
+                                                                      max_len=4096)},
     'core.CalibrationReport.fig_heads': lambda t: {'': t['report'].fig_heads()},
     'core.CalibrationReport.fig_curves': lambda t: {'': t['report'].fig_curves()},
     'core.CalibrationReport.fig_fit': lambda t: {'': t['report'].fig_fit()},
@@ -96,6 +95,8 @@ BUILDERS = {
     'gdn.plot_online_regression': lambda t: {'': gdn.plot_online_regression()},
     'gdn.plot_retention': lambda t: {'': gdn.plot_retention()},
     'gdn.plot_output_gate': lambda t: {'': gdn.plot_output_gate()},
+    'policies.plot_layer_scores': lambda t: {'ar': policies.plot_layer_scores([0], {0: 0.895, 1: 0.584}, 'ar:0.5'),
+                                             'ga-s2': policies.plot_layer_scores([1], {0: 310.2, 1: 95.7}, 'ga-s2:0.5')},
     'regime.fig_regime': lambda t: {'05a': regime.fig_regime(_regime_table())},
     'regime.fig_gauge_sweep': lambda t: {'05a': regime.fig_gauge_sweep(_gauge(), 0.502), 'without context': regime.fig_gauge_sweep(_gauge()),
                                          '08 tiny-qwen3': regime.fig_gauge_sweep(_gauge('gauge_tiny-qwen3'), 0.747)},

@@ -5,7 +5,9 @@ import pytest, torch
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from conftest import with_dynamics
-from taylor_calibrate.convert import check_export, export_blockers, export_hybrid, gdn_modules, save_hybrid, to_hybrid
+from taylor_calibrate.convert import gdn_modules, to_hybrid
+from taylor_calibrate.hybrid import save_hybrid
+from taylor_calibrate.export import check_export, export_blockers, export_hybrid
 
 torch.set_num_threads(1)
 SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -103,7 +105,9 @@ def test_qwen3_moe_exports_to_qwen3_5_moe(tmp_path):
 def test_teachers_the_layout_cannot_represent_are_refused_in_one_line(tmp_path):
     qwen2 = to_hybrid(tiny(Qwen2ForCausalLM, Qwen2Config), [0])
     with pytest.raises(ValueError) as e: export_hybrid(qwen2, tmp_path/'x')
-    assert str(e.value) == "layout 'qwen3_5' cannot represent this hybrid exactly: q/k/v biases in converted layers; no q/k norm"
+    assert str(e.value) == ("layout 'qwen3_5' cannot represent this hybrid exactly: q/k/v biases in converted layers; no q/k norm "
+                            "(the qwen3_5 layout takes hybrids of Qwen3 teachers; vLLM serves this one as saved through the package's "
+                            'plugin: pip install "taylor-calibrate[serve]" in vLLM\'s environment, then vllm serve its folder)')
     assert not (tmp_path/'x').exists()
     assert export_blockers(to_hybrid(tiny(LlamaForCausalLM, LlamaConfig), [0])) == ['no q/k norm']
     assert export_blockers(to_hybrid(tiny(MistralForCausalLM, MistralConfig, sliding_window=None), [0])) == ['no q/k norm']
@@ -121,8 +125,9 @@ def test_cli_export_with_check(tmp_path):
     assert json.loads((tmp_path/'native'/'config.json').read_text())['model_type'] == 'qwen3_5_text'
     r = subprocess.run([EXE, 'export', tmp_path/'run', '--out', tmp_path/'moe', '--layout', 'qwen3_5_moe'], capture_output=True, text=True)
     assert r.returncode == 1 and 'Traceback' not in r.stderr
-    assert r.stderr.strip().splitlines()[-1] == ("taylor-calibrate export: error: layout 'qwen3_5_moe' cannot represent this hybrid exactly: "
-                                'dense MLP layers (the layout has experts in every layer)')
+    assert r.stderr.strip().splitlines()[-1].startswith("taylor-calibrate export: error: layout 'qwen3_5_moe' cannot represent this "
+                                                        'hybrid exactly: dense MLP layers (the layout has experts in every layer) '
+                                                        '(the qwen3_5_moe layout takes hybrids of Qwen3 MoE teachers; vLLM serves this one')
 
 def test_cli_dtype_auto_computes_in_float32_on_a_cpu_and_bfloat16_when_asked(tmp_path):
     "--dtype auto on a CPU loads a bfloat16 teacher in float32 (bfloat16 matmuls are slow there); --dtype bfloat16 keeps it."

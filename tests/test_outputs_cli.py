@@ -27,7 +27,8 @@ def user_folder(path: Path) -> Path:
 def hybrid_dir(tmp_path_factory):
     "A saved (uncalibrated) hybrid of the shipped Qwen3 teacher, which `export` accepts."
     from taylor_calibrate.teacher import load_teacher
-    from taylor_calibrate.convert import to_hybrid, save_hybrid
+    from taylor_calibrate.convert import to_hybrid
+    from taylor_calibrate.hybrid import save_hybrid
     teacher, tok = load_teacher('tiny-qwen3')
     return save_hybrid(to_hybrid(teacher, keep=[0, 4, 8]), tmp_path_factory.mktemp('h')/'hybrid', tok)
 
@@ -110,7 +111,8 @@ def test_export_check_passes_under_the_defaults_on_a_bfloat16_hybrid(tmp_path):
     "The shipped teachers are stored in bfloat16; `export --check` compares hybrid and export in float32, so rounding does not fail it."
     import torch
     from taylor_calibrate.teacher import load_teacher
-    from taylor_calibrate.convert import to_hybrid, save_hybrid
+    from taylor_calibrate.convert import to_hybrid
+    from taylor_calibrate.hybrid import save_hybrid
     teacher, tok = load_teacher('tiny-qwen3', dtype=torch.bfloat16)
     save_hybrid(to_hybrid(teacher, keep=[3, 7, 11]), tmp_path/'h', tok)
     r = run('export', tmp_path/'h', '--out', tmp_path/'x', '--check')

@@ -12,3 +12,70 @@ def test_readme_names_the_two_commands():
     ci = (ROOT/'.ci'/'run').read_text()
     cmd = 'pip install -e ".[dev]" && nbdev_test && pytest tests/'
     assert cmd in txt and cmd in ci, 'README and .ci/run must run the same test command'
+
+def test_install_demo_and_quick_start_come_before_the_theory():
+    txt = (ROOT/'README.md').read_text()
+    order = [txt.index(h) for h in ('## Install', '## The demo', '## Quick start in Python', '## Converting a Hugging Face model',
+                                    '## The idea in five sentences', '## In one figure')]
+    assert order == sorted(order) and txt.index('![') > txt.index('## Quick start in Python')
+
+def test_readme_opens_the_notebooks_and_the_explorer():
+    "One line installs what the notebooks need, one opens the explorer; the extra is in settings.ini and setup.py."
+    import configparser
+    txt = (ROOT/'README.md').read_text()
+    assert 'pip install -e ".[notebooks]"\ntaylor-calibrate explore\n' in txt
+    cfg = configparser.ConfigParser(delimiters=['=']); cfg.read(ROOT/'settings.ini')
+    extra = cfg['DEFAULT']['notebooks_requirements'].split()
+    assert {r.split('>')[0].split('<')[0].split('=')[0] for r in extra} >= {'nbdev', 'jupyterlab', 'ipykernel', 'ipywidgets'}
+    assert "'notebooks': notebooks_requirements" in (ROOT/'setup.py').read_text()
+
+def test_the_notebooks_need_nothing_beyond_the_install_and_the_notebooks_extra():
+    "Every library the notebooks import outside flagged cells (gpu, vllm, ...) comes with the base install or the notebooks extra."
+    import configparser, importlib.metadata as md, json, re, sys
+    cfg = configparser.ConfigParser(delimiters=['=']); cfg.read(ROOT/'settings.ini')
+    flags = cfg['DEFAULT']['tst_flags'].split()
+    name = lambda req: re.split(r'[<>=!;\[ ]', req, maxsplit=1)[0].lower().replace('_', '-')
+    todo, have = [name(r) for k in ('requirements', 'notebooks_requirements') for r in cfg['DEFAULT'][k].split()], set()
+    while todo:                                           # the installed closure of those requirements
+        d = todo.pop()
+        if d in have: continue
+        have.add(d)
+        try: reqs = md.requires(d) or []
+        except md.PackageNotFoundError: continue
+        todo += [name(r) for r in reqs if 'extra ==' not in r]
+    provides = {m: {name(d) for d in ds} for m, ds in md.packages_distributions().items()}
+    local = {'taylor_calibrate', 'full_size', 'conftest', 'build_docs'}
+    missing = set()
+    for nb in sorted((ROOT/'nbs').rglob('*.ipynb')):
+        for c in json.loads(nb.read_text())['cells']:
+            src = ''.join(c['source'])
+            if c['cell_type'] != 'code' or re.search(r'^#\s*\|\s*(' + '|'.join(flags) + r')\b', src, re.M): continue
+            # top-level imports only: one inside a function runs when it is called (fla's kernels on CUDA, vLLM's hooks)
+            for m in re.findall(r'^(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))', src, re.M):
+                mod = (m[0] or m[1]).split('.')[0]
+                if mod in sys.stdlib_module_names or mod in local: continue
+                if not provides.get(mod, set()) & have: missing.add(f'{nb.name}: {mod}')
+    assert not missing, sorted(missing)
+
+def test_the_demo_output_in_readme_is_what_the_command_line_prints(monkeypatch):
+    "README's demo output is bench/results/demo_output.txt's, whose first two lines are in the form the CLI prints them."
+    from taylor_calibrate.cli import _teacher_origin, choose_threads
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    import re
+    out = [l for l in (ROOT/'bench'/'results'/'demo_output.txt').read_text().splitlines() if not l.startswith(('$', '#'))]
+    section = (ROOT/'README.md').read_text().split('## The demo', 1)[1].split('\n## ', 1)[0]
+    blocks = re.findall(r'```(\w*)\n(.*?)```', section, re.S)
+    assert blocks[0] == ('sh', 'pip install -e . && taylor-calibrate demo\n') and blocks[1][0] == ''
+    assert blocks[1][1].splitlines() == out
+    assert out[0] == f'teacher: tiny-qwen2 ({_teacher_origin(None)}; qwen2, 8 layers); keep uniform:0.25; evaluating on 32,768 test tokens'
+    assert out[1] == f'threads: 1 ({choose_threads("auto", None)[1]})'
+
+def test_the_quick_start_is_what_bench_threads_measures():
+    "bench/threads.py runs README's Quick start as it stands; its variants change the thread line and nothing else."
+    import sys
+    sys.path.insert(0, str(ROOT/'bench'))
+    import threads
+    code = threads.quickstart_code()
+    assert 'torch.set_num_threads(1)' in code and 'perplexity(student, tok, "test")' in code
+    v = threads.quickstart_variants(code, reduced=False)
+    assert v['readme'].startswith(code) and 'set_num_threads' not in v['torch_default'].split('import torch as _t')[0]
