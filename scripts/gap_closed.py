@@ -16,7 +16,9 @@ Inputs (nothing is measured here):
   script checks that each number is on its cited line.
 - this package's rows: bench/results/experiments/experiments.json (teacher tiny-qwen2),
   bench/results/experiments_tiny-qwen3/experiments.json, and the gauge sweeps bench/results/gauge/gauge.json and
-  bench/results/gauge_tiny-qwen3/gauge.json (the same teachers with W_V / k, k W_O: the same function).
+  bench/results/gauge_tiny-qwen3/gauge.json (the same teachers with W_V / k, k W_O: the same function);
+- a real pretrained teacher's rows: bench/results/experiments_smollm2-135m/experiments.json (SmolLM2-135M), every cell
+  of its grid that has a naive copy and another init, with the seeds its ledger holds.
 
 Package rows aggregate seeds: perplexities are medians over seeds, derived numbers are computed from those medians, and
 each derived number also gets the min and max over every combination of the seeds of its inputs.
@@ -158,6 +160,26 @@ def package_rows(exp_rel, gauge_rel):
                          note=f'teacher rescaled W_V / {k:g}, {k:g} W_O (the same function; teacher perplexity unchanged)'))
     return rows
 
+REAL_TEACHERS = ('smollm2-135m',)
+
+def real_teacher_rows(exp_rel):
+    "Rows for a real pretrained teacher: each grid or retention cell with a naive copy and at least one other init (no gauge sweep)."
+    exp = load_json(exp_rel)
+    teacher, t_ppl = teacher_of(exp['setup']), exp['teacher_test_ppl']
+    grid = {}
+    for key, c in {**exp['grid'], **exp['retention']}.items():
+        keep, init = key.split('|')
+        grid.setdefault(keep, {})[init] = dict(zip(c['seeds'], c['values']))
+    rows = []
+    for keep, ppl in sorted(grid.items()):
+        if 'naive' not in ppl or len(ppl) < 2: continue
+        policy, kept = keep.split(':')
+        rows.append(dict(source='package', model=teacher, policy=policy, kept=float(kept), k=1.0, headline=False,
+                         eval_tokens=exp['setup']['eval_tokens'], ppl=dict(teacher=t_ppl, **ppl), files=[f'bench/results/{exp_rel}'],
+                         note=f"first {exp['setup']['eval_tokens']:,} test tokens; seeds per init: "
+                              + ', '.join(f'{i} {sorted(v)}' for i, v in ppl.items())))
+    return rows
+
 # ----- the arithmetic -----
 def closed(naive, init, teacher):
     "Share of the log-perplexity gap between the naive copy and the teacher that `init` closes."
@@ -198,12 +220,17 @@ def rng(d):
     "min-max over seeds, or the single value."
     return (d['min'], d['max']) if 'min' in d else (d['median'], d['median'])
 
+def shipped(row) -> bool:
+    "A row of this package's shipped tiny teachers."
+    return row['source'] == 'package' and row['model'] not in REAL_TEACHERS
+
 def summary(rows):
     "Min and max over the rows of each group of the ratios and gap shares (medians over seeds), for quoting."
     groups = {'paper, headline rows (88x row, Qwen3-8B 25 %, Llama-3.2-3B 50 %)': [r for r in rows if r['source'] == 'paper' and r['headline']],
               'paper, all zero-shot rows': [r for r in rows if r['source'] == 'paper'],
-              'package, 25 % grid, both teachers (k = 1)': [r for r in rows if r['source'] == 'package' and r['k'] == 1.0 and r['kept'] == 0.25],
-              'package, all k = 1 rows (grid and retention)': [r for r in rows if r['source'] == 'package' and r['k'] == 1.0]}
+              'package, 25 % grid, both teachers (k = 1)': [r for r in rows if shipped(r) and r['k'] == 1.0 and r['kept'] == 0.25],
+              'package, all k = 1 rows (grid and retention)': [r for r in rows if shipped(r) and r['k'] == 1.0],
+              **{f'package, real teacher {t}, 25 %': [r for r in rows if r['model'] == t and r['kept'] == 0.25] for t in REAL_TEACHERS}}
     out = {}
     for name, rs in groups.items():
         q = {}
@@ -252,10 +279,13 @@ def xpos(v):
 def figure_groups(rows):
     "The figure's row groups: (heading, rows)."
     pkg = lambda t: [r for r in rows if r['source'] == 'package' and r['model'] == t and r['k'] == 1.0]
-    gauge = [r for r in rows if r['source'] == 'package' and r['k'] in (10.0, 100.0) and r['kept'] == 0.25]
+    gauge = [r for r in rows if shipped(r) and r['k'] in (10.0, 100.0) and r['kept'] == 0.25]
+    real = lambda t: (f"This package, a real pretrained teacher, {t} (perplexity {pkg(t)[0]['ppl']['teacher']:.1f} on {pkg(t)[0]['eval_tokens']:,} test tokens): "
+                      'median over the seeds run')
     head = lambda t: f"This package, teacher {t} (perplexity {pkg(t)[0]['ppl']['teacher']:.1f}): median over seeds, line = min\u2013max"
     return [("Paper (authors' released results): the 88\u00d7 row and the settings around it", [r for r in rows if r['source'] == 'paper' and r['headline']]),
             ("Paper: the other retained fractions of the authors' zero-shot sweeps", [r for r in rows if r['source'] == 'paper' and not r['headline']]),
+            *[(real(t), pkg(t)) for t in REAL_TEACHERS if pkg(t)],
             (head('tiny-qwen2'), pkg('tiny-qwen2')), (head('tiny-qwen3'), pkg('tiny-qwen3')),
             ('This package, teacher rescaled to W_V / k, k W_O (the same function): tiny-qwen2 3 seeds, tiny-qwen3 1', sorted(gauge, key=lambda r: (r['model'], r['k'])))]
 
@@ -319,6 +349,7 @@ def compute() -> tuple[dict, str]:
     rows = [derive(dict(source='paper', **r)) for r in PAPER]
     rows += [derive(r) for r in package_rows('experiments/experiments.json', 'gauge/gauge.json')]
     rows += [derive(r) for r in package_rows('experiments_tiny-qwen3/experiments.json', 'gauge_tiny-qwen3/gauge.json')]
+    rows += [derive(r) for t in REAL_TEACHERS for r in real_teacher_rows(f'experiments_{t}/experiments.json')]
     for r in rows: r['label'] = label(r)
     res = dict(definition='gap_closed[init] = (ln ppl_naive - ln ppl_init) / (ln ppl_naive - ln ppl_teacher); naive/taylor = naive/zero_gate x zero_gate/taylor',
                aggregation='paper rows: single runs. package rows: perplexity medians over seeds (with min, max, values); derived numbers from the '
