@@ -18,10 +18,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 def probe_items(tok, a):
-    from taylor_calibrate.probes import passkey_items, multikey_items, recall_items
-    ctx, depths = [int(c) for c in a.contexts.split(',')], [float(d) for d in a.depths.split(',')]
-    return (passkey_items(tok, ctx, depths, a.n, a.seed) + multikey_items(tok, ctx, depths, a.n, a.keys, a.seed)
-            + recall_items(tok, [int(p) for p in a.pairs.split(',')], depths, a.n, a.seed))
+    from taylor_calibrate.probes import probe_items
+    return probe_items(tok, context_lens=[int(c) for c in a.contexts.split(',')], depths=[float(d) for d in a.depths.split(',')],
+                       n=a.n, seed=a.seed, keys=a.keys, pairs=[int(p) for p in a.pairs.split(',')])
 
 def item_key(it): return hashlib.sha1(it.prompt.encode()).hexdigest()[:16]
 

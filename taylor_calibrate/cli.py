@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['DTYPES', 'parse_dtype', 'compute_dtype', 'build_parser', 'load_data_spec', 'parse_keep', 'choose_threads', 'run_demo',
            'run_diagnose', 'run_convert', 'run_distill', 'run_export', 'run_report', 'explore_notebook', 'run_explore',
-           'main']
+           'run_probe', 'main']
 
 # %% ../nbs/80_cli.ipynb #ec5c6076
 import argparse, json, os, re, sys, tempfile, time
@@ -44,6 +44,7 @@ _INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
 _SCHEDULES = ('constant', 'constant_with_warmup', 'linear', 'cosine', 'inverse_sqrt')
 _SHIPPED = ('tiny-qwen2', 'tiny-qwen3')   # the first is the default
 _REGISTRY = ('smollm2-135m',)
+_PROBES = ('passkey', 'multikey', 'recall')
 
 _DATA = ('a split of the shipped corpus (train or valid; test is kept for evaluation), local UTF-8 text files (comma-separated '
          'paths; each non-blank line is one text) or a hub dataset NAME:CONFIG:SPLIT with a "text" column (NAME::SPLIT without a config)')
@@ -187,6 +188,23 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument('lab_args', nargs='*', metavar='-- LAB_ARG', help='further arguments for jupyter lab, after --, '
                    'e.g. -- --port 8890')
     x.set_defaults(func=run_explore)
+    b = sub.add_parser('probe', help='long-context retrieval probes (passkey, multi-key needle, associative recall) on a teacher and, '
+                       'with --student, a saved hybrid of it, side by side')
+    b.add_argument('--teacher', default=None, help=f'{_teachers("a local directory", "a hub name")} (default: the teacher named in '
+                   f"--student's calibration report, else {_SHIPPED[0]})")
+    b.add_argument('--student', default=None, help='a hybrid folder written by demo/convert/distill (its model/ subfolder) or save_hybrid')
+    b.add_argument('--probes', default=','.join(_PROBES), help=f'probes to run, a comma list of {", ".join(_PROBES)} (default: %(default)s)')
+    b.add_argument('--contexts', default='1024', help='lengths in tokens of the passkey and multi-key prompts, a comma list (default: %(default)s)')
+    b.add_argument('--depths', default='0.1,0.3,0.5,0.7,0.9', help='where the asked needle sits, from 0 (start) to 1 (end), a comma list '
+                   '(default: %(default)s)')
+    b.add_argument('--pairs', default='16', help='word pairs in each associative-recall prompt, a comma list (default: %(default)s)')
+    b.add_argument('--keys', type=_positive_int, default=4, help='needles in each multi-key prompt, one of them asked (default: %(default)s)')
+    b.add_argument('--n', type=_positive_int, default=1, help='prompts per context length (or number of pairs) and depth (default: %(default)s)')
+    _add_seed(b, "the prompts' keys, words and needle places")
+    _add_dtype(b, 'auto', 'the models')
+    _add_threads(b)
+    _add_out(b, "the results (probes.json: every prompt with its answer and each model's continuation; accuracy.json)")
+    b.set_defaults(func=run_probe)
     return p
 
 # %% ../nbs/80_cli.ipynb #9752a7ae
@@ -538,6 +556,68 @@ def run_explore(args) -> int:
           'Run > Run All Cells. Ctrl-C twice stops JupyterLab; the folder stays', flush=True)
     os.chdir(folder)
     os.execv(sys.executable, cmd)
+
+# %% ../nbs/80_cli.ipynb #d0cf045c
+def _numbers(s: str, option: str, kind=int, lo=1, hi=None) -> list:
+    "A comma list of numbers from `lo` to `hi` given to `option`, or one line saying what it must be."
+    try: v = [kind(x) for x in s.split(',') if x.strip()]
+    except ValueError: v = []
+    if not v or min(v) < lo or (hi is not None and max(v) > hi):
+        raise ValueError(f'{option} {s!r}: a comma list of numbers of at least {lo}' + (f' and at most {hi}' if hi is not None else ''))
+    return v
+
+def _recorded_teacher(student_dir: Path):
+    "The teacher a hybrid's calibration report names, as load_teacher takes it (a shipped name, a folder or a hub name), or None."
+    from taylor_calibrate.hybrid import read_calibration_report
+    rep = read_calibration_report(student_dir)
+    name = (rep.teacher or {}).get('name') if rep is not None else None
+    return name.removesuffix(', shipped with the package') if name else None
+
+def run_probe(args) -> int:
+    """`taylor-calibrate probe`: passkey, multi-key needle and associative-recall prompts (`probes.probe_items`) answered by the
+    teacher and, with --student, a saved hybrid; prints accuracy with 95% Wilson intervals per probe and length, side by side."""
+    if args.out: check_output_dir(args.out, args.overwrite)
+    kinds = [k.strip() for k in args.probes.split(',') if k.strip()]
+    if not kinds or any(k not in _PROBES for k in kinds): raise ValueError(f'--probes {args.probes!r}: a comma list of {", ".join(_PROBES)}')
+    contexts, pairs, depths = _numbers(args.contexts, '--contexts'), _numbers(args.pairs, '--pairs'), _numbers(args.depths, '--depths', float, 0, 1)
+    student_dir = None
+    if args.student:
+        student_dir = _hybrid_dir(args.student)
+        if not (student_dir/'config.json').exists(): raise FileNotFoundError(f'--student {args.student}: no saved model there (no config.json)')
+    _check_teacher_name(args.teacher)
+    _libraries()
+    name = args.teacher if args.teacher is not None or student_dir is None else _recorded_teacher(student_dir)
+    print(_use_threads(args, name), flush=True)
+    from taylor_calibrate.teacher import load_teacher
+    from taylor_calibrate.probes import probe_items, run_probes, accuracy
+    teacher, tok = load_teacher(name, dtype=compute_dtype(args.dtype, None), progress=False)
+    limit = getattr(teacher.config.get_text_config(), 'max_position_embeddings', None)
+    if limit and {'passkey', 'multikey'} & set(kinds) and max(contexts) > limit:
+        raise ValueError(f"--contexts {max(contexts)}: longer than the teacher's context of {limit:,} tokens")
+    models = {'teacher': teacher}
+    if student_dir is not None:
+        from taylor_calibrate.hybrid import load_hybrid
+        models['student'] = load_hybrid(student_dir, dtype=teacher.dtype)
+    items = probe_items(tok, kinds, contexts, depths, args.n, args.seed, args.keys, pairs)
+    print(f'teacher: {name or _SHIPPED[0]}' + (f'; student: {args.student}' if student_dir else '') + f'; {len(items)} prompts', flush=True)
+    answers = {label: run_probes(m.eval(), tok, items) for label, m in models.items()}
+    tables = {label: accuracy(rows, by=('kind', 'size')) for label, rows in answers.items()}
+    shown = tables['teacher'][['kind', 'size']].copy()
+    for label, t in tables.items():
+        shown[label] = [f'{c}/{n} [{lo:.2f}, {hi:.2f}]' for c, n, lo, hi in zip(t.correct, t.n, t.lo, t.hi)]
+    print(shown.to_string(index=False), flush=True)
+    print('correct/asked [95% Wilson interval]; size: the length asked for in tokens, or the word pairs for recall')
+    if args.out:
+        prompts = [dict(kind=it.kind, context_len=it.context_len, depth=it.depth, answer=it.answer, prompt=it.prompt,
+                        **{label: rows[j]['continuation'] for label, rows in answers.items()}) for j, it in enumerate(items)]
+        run = dict(command='probe', teacher=name or _SHIPPED[0], student=args.student, probes=kinds, contexts=contexts, depths=depths,
+                   pairs=pairs, keys=args.keys, n=args.n, seed=args.seed)
+        def write(t):
+            (t/'probes.json').write_text(json.dumps(dict(run=run, prompts=prompts), indent=1))
+            (t/'accuracy.json').write_text(json.dumps({k: v.to_dict(orient='records') for k, v in tables.items()}, indent=1))
+        _write_out(args, write)
+        print(f'wrote {args.out}/ (probes.json, accuracy.json)')
+    return 0
 
 # %% ../nbs/80_cli.ipynb #6ea310df
 # Library messages that name a keyword argument, and the same advice on the command line. The library keeps its own wording

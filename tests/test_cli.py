@@ -50,16 +50,17 @@ def test_data_and_teacher_help_name_what_they_take():
     from taylor_calibrate.cli import build_parser
     from taylor_calibrate.teacher import SHIPPED_TEACHERS, REGISTRY_TEACHERS
     helps = {(cmd, a.dest): ' '.join(a.help.split()) for cmd, a in _options(build_parser()) if a.dest in ('data', 'teacher')}
-    assert {c for c, d in helps if d == 'teacher'} == {'demo', 'diagnose', 'convert', 'distill', 'explore'}
+    assert {c for c, d in helps if d == 'teacher'} == {'demo', 'diagnose', 'convert', 'distill', 'explore', 'probe'}
     for (cmd, dest), h in helps.items():
         if dest == 'teacher': assert all(n in h for n in [*SHIPPED_TEACHERS, *REGISTRY_TEACHERS, '.gguf']), (cmd, h)
         else: assert all(w in h for w in ('train', 'valid', 'text files', 'comma-separated', 'NAME:CONFIG:SPLIT')), (cmd, h)
 
 def test_the_parsers_literals_are_the_librarys_lists():
-    from taylor_calibrate import cli, convert, core, distill, teacher
+    from taylor_calibrate import cli, convert, core, distill, probes, teacher
     assert set(cli._LAYOUTS) == set(convert.EXPORT_LAYOUTS) and cli._POLICIES == convert.POLICIES
     assert cli._INITS == tuple(core.RECIPES) and set(cli._SCHEDULES) == set(distill.SCHEDULES)
     assert cli._SHIPPED == tuple(teacher.SHIPPED_TEACHERS) and set(cli._REGISTRY) == set(teacher.REGISTRY_TEACHERS)
+    assert cli._PROBES == probes.PROBES
 
 def test_demo_takes_shipped_registry_and_gguf_teachers():
     from taylor_calibrate.cli import _demo_teacher, _teacher_origin

@@ -158,3 +158,27 @@ def test_the_notebook_explore_writes_runs(tmp_path):
     assert not [o for c in nb.cells for o in c.outputs if o.output_type == 'error']
     shown = [o for o in nb.cells[1].outputs if o.output_type in ('execute_result', 'display_data')]
     assert shown and 'application/vnd.jupyter.widget-view+json' in shown[0]['data'], shown   # the explorer's widget
+
+def test_probe_answers_the_same_prompts_with_teacher_and_student_side_by_side(tmp_path):
+    "probe: the teacher named in the student's report answers beside the student; the prompts are probes.probe_items'; bad input is one line."
+    from taylor_calibrate.teacher import load_teacher
+    from taylor_calibrate.convert import to_hybrid, save_hybrid
+    from taylor_calibrate.core import calibrate
+    from taylor_calibrate.probes import probe_items
+    teacher, tok = load_teacher()
+    save_hybrid(calibrate(teacher, 'train', keep='uniform:0.25', init='naive', tokenizer=tok), tmp_path/'hybrid', tok)
+    r = run('probe', '--student', tmp_path/'hybrid', '--contexts', '256', '--depths', '0.2,0.8', '--pairs', '4', '--out', tmp_path/'out')
+    assert r.returncode == 0 and 'Traceback' not in r.stderr, r.stderr[-3000:]
+    assert 'teacher: tiny-qwen2; student: ' in r.stdout and r.stdout.count('/2 [') == 6, r.stdout   # 3 probes x 2 models, 2 prompts each
+    assert [l.split()[:2] for l in r.stdout.splitlines() if l.split()[:1] in (['passkey'], ['multikey'], ['recall'])] == \
+        [['multikey', '256'], ['passkey', '256'], ['recall', '4']], r.stdout
+    res = json.loads((tmp_path/'out'/'probes.json').read_text())
+    want = probe_items(tok, context_lens=(256,), depths=(0.2, 0.8), pairs=(4,))
+    assert [p['prompt'] for p in res['prompts']] == [it.prompt for it in want] and all({'teacher', 'student'} <= set(p) for p in res['prompts'])
+    acc = json.loads((tmp_path/'out'/'accuracy.json').read_text())
+    assert set(acc) == {'teacher', 'student'} and sum(row['n'] for row in acc['student']) == len(want)
+    for bad, line in ((['--depths', '0.5,2'], "--depths '0.5,2': a comma list of numbers of at least 0 and at most 1"),
+                      (['--probes', 'needle'], "--probes 'needle': a comma list of passkey, multikey, recall"),
+                      (['--student', tmp_path/'nothing'], f"--student {tmp_path/'nothing'}: no saved model there (no config.json)")):
+        r = run('probe', *bad)
+        assert r.returncode == 1 and r.stderr.strip().splitlines() == [f'taylor-calibrate probe: error: {line}'], r.stderr
