@@ -71,8 +71,9 @@ def _threads(s: str):
     return v
 
 def _add_threads(p):
-    p.add_argument('--threads', type=_threads, default='auto', help='CPU threads torch computes with: auto (one for the shipped and '
-                   'registry teachers, whose small per-layer steps gain nothing from more; for other teachers the CPU cores not busy '
+    p.add_argument('--threads', type=_threads, default='auto', help='CPU threads torch computes with: auto (one for the shipped '
+                   'teachers, whose small per-layer steps gain less from a second core than they lose when it is busy; for other '
+                   'teachers the CPU cores not busy '
                    "when the command starts; OMP_NUM_THREADS if set), a number, or 0 for torch's own default of one per core "
                    '(default: %(default)s)')
 
@@ -266,8 +267,8 @@ def choose_threads(threads='auto', teacher=None, cores: int | None = None, load:
     if threads != 'auto': return int(threads), f'--threads {threads}'
     env = os.environ.get('OMP_NUM_THREADS', '').strip()
     if env.isdigit() and int(env) > 0: return int(env), f'OMP_NUM_THREADS={env}'
-    if teacher is None or teacher in _SHIPPED + _REGISTRY:
-        return 1, "--threads auto: the shipped and registry teachers' small per-layer steps gain nothing from more"
+    if teacher is None or teacher in _SHIPPED:
+        return 1, "--threads auto: one for a shipped teacher, whose small per-layer steps gain less from a second core than they lose when it is busy"
     cores = cores or _cpu_cores()
     if load is None: load = os.getloadavg()[0] if hasattr(os, 'getloadavg') else 0.0
     busy = min(cores - 1, max(0, round(load)))
@@ -326,6 +327,7 @@ def _save_run(tmp, model, tokenizer, reports, table=None, run=None):
 def run_demo(args) -> int:
     "`taylor-calibrate demo`: calibrate a shipped or registry teacher with several inits, print test perplexities, save student and report."
     check_output_dir(args.out, args.overwrite)
+    if args.eval_tokens < 0: raise ValueError(f'--eval-tokens {args.eval_tokens}: a number of tokens, or 0 for the whole test split')
     name, keep, inits = _demo_teacher(args.teacher), parse_keep(args.keep), _inits(args.inits)
     _libraries()
     threads = _use_threads(args, name)

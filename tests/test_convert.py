@@ -27,6 +27,15 @@ FAMILIES = {
                                                                  moe_intermediate_size=32, **kw)),
 }
 
+def cache_kw(model, cache) -> dict:
+    "The forward's cache argument: `cache` in transformers 5.24 and later, `past_key_values` in earlier releases."
+    import inspect
+    return {'cache' if 'cache' in inspect.signature(model.forward).parameters else 'past_key_values': cache}
+
+def enable_checkpointing(model):
+    "transformers 5.24's activation_checkpointing_enable, gradient_checkpointing_enable in earlier releases."
+    (getattr(model, 'activation_checkpointing_enable', None) or model.gradient_checkpointing_enable)()
+
 def tiny(kind, seed=0, **kw):
     "A tiny random model of `kind` with 8 query / 2 KV heads and non-trivial biases and q/k norm weights."
     torch.manual_seed(seed)
@@ -123,7 +132,7 @@ def test_left_padded_batch_and_beam_search():
 def test_cache_memory_matches_analytic_bf16_short_conv():
     hybrid = to_hybrid(tiny('mistral', sliding_window=16).to(torch.bfloat16), [0], use_short_conv=True)
     cache = DynamicCache(config=hybrid.config)
-    with torch.no_grad(): hybrid(torch.randint(0, 96, (3, 40)), cache=cache, use_cache=True)
+    with torch.no_grad(): hybrid(torch.randint(0, 96, (3, 40)), **cache_kw(hybrid, cache), use_cache=True)
     assert measured_cache_bytes(cache) == cache_bytes(hybrid.config, 40, batch_size=3, dtype=torch.bfloat16)
     full = cache_bytes(tiny('qwen2').config, 1000)
     assert full['gdn'] == 0 and full['attention'] == 4 * 2 * 2 * 8 * 1000 * 4
@@ -194,7 +203,7 @@ def test_gradient_checkpointing_masks_padding_like_the_forward():
     grads = []
     for ckpt in (False, True):
         hybrid = to_hybrid(tiny('qwen2'), [1]).train()
-        if ckpt: hybrid.activation_checkpointing_enable()
+        if ckpt: enable_checkpointing(hybrid)
         out = hybrid(ids, attention_mask=mask, use_cache=False).logits
         (out[:, 5:] ** 2).mean().backward()
         grads.append({n: p.grad.clone() for n, p in hybrid.named_parameters() if '.gdn.' in n})
@@ -207,10 +216,10 @@ def test_cache_batch_operations_on_gdn_slots():
     with torch.no_grad():
         full = hybrid(torch.cat([ids, ids[[1]]]), use_cache=False).logits[:, -1]
         cache = DynamicCache(config=hybrid.config)
-        hybrid(ids[:, :9], cache=cache, use_cache=True)
+        hybrid(ids[:, :9], **cache_kw(hybrid, cache), use_cache=True)
         cache.batch_repeat_interleave(2)          # rows 0, 0, 1, 1
         cache.batch_select_indices(torch.tensor([0, 2, 3]))  # rows 0, 1, 1
-        step = hybrid(torch.cat([ids, ids[[1]]])[:, 9:], cache=cache, use_cache=True).logits[:, -1]
+        step = hybrid(torch.cat([ids, ids[[1]]])[:, 9:], **cache_kw(hybrid, cache), use_cache=True).logits[:, -1]
         assert torch.allclose(step, full, atol=1e-5)
         cache.reset()
         assert all(l.state is None for l in cache.layers if isinstance(l, convert.GDNCacheLayer))

@@ -70,6 +70,22 @@ def test_the_demo_output_in_readme_is_what_the_command_line_prints(monkeypatch):
     assert out[0] == f'teacher: tiny-qwen2 ({_teacher_origin(None)}; qwen2, 8 layers); keep uniform:0.25; evaluating on 32,768 test tokens'
     assert out[1] == f'threads: 1 ({choose_threads("auto", None)[1]})'
 
+def test_the_real_teacher_demo_in_readme_is_what_the_command_line_printed():
+    "README's real-teacher demo output is bench/results/demo_output_smollm2-135m.txt's, in the form the CLI prints."
+    import re
+    from taylor_calibrate.cli import _teacher_origin
+    lines = (ROOT/'bench'/'results'/'demo_output_smollm2-135m.txt').read_text().splitlines()
+    out = [l for l in lines if not l.startswith(('$', '#'))]
+    section = (ROOT/'README.md').read_text().split('### On a real model', 1)[1].split('\n## ', 1)[0]
+    blocks = re.findall(r'```(\w*)\n(.*?)```', section, re.S)
+    assert blocks[0] == ('sh', 'taylor-calibrate demo --teacher smollm2-135m\n') and blocks[1][0] == ''
+    assert blocks[1][1].splitlines() == out
+    assert out[0].startswith(f'teacher: smollm2-135m ({_teacher_origin("smollm2-135m")}; llama, 30 layers); keep uniform:0.25')
+    assert re.fullmatch(r'threads: 2 \(--threads auto: 2 CPU cores, 0 of them busy when the command started \(load average 0\.\d\d\)\)', out[1])
+    assert [l.split()[0] for l in out[2:7]] == ['teacher', 'naive', 'zero_gate', 'taylor', 'taylor+']
+    seconds = int(re.fullmatch(r'done in (\d+)s', out[-1])[1])
+    assert f'{seconds / 60:.0f} minutes' in ' '.join(section.split())
+
 def test_the_quick_start_is_what_bench_threads_measures():
     "bench/threads.py runs README's Quick start as it stands; its variants change the thread line and nothing else."
     import sys
