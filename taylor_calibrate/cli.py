@@ -73,8 +73,8 @@ def _threads(s: str):
 def _add_threads(p):
     p.add_argument('--threads', type=_threads, default='auto', help='CPU threads torch computes with: auto (one for the shipped '
                    'teachers, whose small per-layer steps gain less from a second core than they lose when it is busy; for other '
-                   'teachers the CPU cores not busy '
-                   "when the command starts; OMP_NUM_THREADS if set), a number, or 0 for torch's own default of one per core "
+                   "teachers the CPU cores not busy when the command starts; OMP_NUM_THREADS if set), a number, or 0 for torch's "
+                   'own default of one per core '
                    '(default: %(default)s)')
 
 def _add_out(p, what: str, **kw):
