@@ -8,10 +8,10 @@
 Students are folders written by `scripts/experiments.py --save-students DIR` (one per zero-shot run, named by the
 run's key); each is labelled from the experiments ledger (init, layer policy, seed). Every answered prompt is one
 JSON line of `<out-dir>/runs.jsonl`; a prompt already answered by a model is never asked again, so an interrupted run
-resumes. The summary (accuracy with 95% Wilson intervals per model, kind and context length; every prompt's
-continuation) goes to `<out-dir>/long_context.json`.
+resumes. The summary (accuracy with 95% Wilson intervals per model, kind and size: the context length asked for, or
+the number of word pairs) goes to `<out-dir>/long_context.json`.
 """
-import argparse, hashlib, json, os, time
+import argparse, hashlib, json, os, re, time
 from pathlib import Path
 import torch
 
@@ -44,7 +44,7 @@ def main(a):
     teacher, tok = load_teacher(a.teacher, progress=False)
     items = sorted(probe_items(tok, a), key=lambda it: it.context_len)
     models = {'teacher': None}
-    if a.students: models.update({label: d for d, label in student_labels(a.students, a.ledger).items()})
+    if a.students: models.update({label: d for d, label in student_labels(a.students, a.ledger).items() if re.search(a.only, label)})
     path = out/'runs.jsonl'
     done = {(r['model'], r['item']) for r in map(json.loads, path.read_text().splitlines())} if path.exists() else set()
     for label, folder in models.items():
@@ -62,14 +62,13 @@ def main(a):
             print(f"{label:40} {it.kind:9} {it.context_len:6} depth {it.depth:.2f} {'ok ' if row['correct'] else 'MISS'} "
                   f"{row['answer']!r} <- {row['continuation']!r} ({time.time() - t0:.0f}s)", flush=True)
     rows = [json.loads(l) for l in path.read_text().splitlines()]
-    keys = {item_key(it) for it in items}
-    summary = {}
-    for label in models:
-        mine = [r for r in rows if r['model'] == label and r['item'] in keys]
-        if mine: summary[label] = accuracy(mine).to_dict(orient='records')
-    setup = dict(teacher=a.teacher, contexts=a.contexts, depths=a.depths, n=a.n, keys=a.keys, pairs=a.pairs, seed=a.seed,
-                 max_new_tokens=a.max_new_tokens, torch=torch.__version__)
-    (out/'long_context.json').write_text(json.dumps(dict(setup=setup, accuracy=summary,
+    by_model = {}
+    for r in rows: by_model.setdefault(r['model'], []).append(r)      # every model the ledger holds, whichever run asked it
+    summary = {m: accuracy(rs, by=('kind', 'size')).to_dict(orient='records') for m, rs in by_model.items()}
+    answers = {m: [{k: r[k] for k in ('kind', 'size', 'context_len', 'depth', 'answer', 'continuation', 'correct')} for r in rs]
+               for m, rs in by_model.items()}
+    setup = dict(teacher=a.teacher, depths=a.depths, n=a.n, keys=a.keys, seed=a.seed, max_new_tokens=a.max_new_tokens, torch=torch.__version__)
+    (out/'long_context.json').write_text(json.dumps(dict(setup=setup, accuracy=summary, answers=answers,
                                                          prompts=[dict(kind=it.kind, context_len=it.context_len, depth=it.depth, answer=it.answer,
                                                                        prompt=it.prompt if it.context_len <= 300 else it.prompt[:300] + ' ... ' + it.prompt[-300:])
                                                                   for it in items[:3]]), indent=1))
@@ -80,6 +79,7 @@ if __name__ == '__main__':
     p.add_argument('--teacher', default='smollm2-135m', help='a teacher name load_teacher takes')
     p.add_argument('--students', default=None, help='a folder of saved hybrids from experiments.py --save-students')
     p.add_argument('--ledger', default=None, help="the experiments ledger that names the students' runs")
+    p.add_argument('--only', default='', help="a regular expression the students' labels ('taylor | uniform:0.25 | seed 0') must match")
     p.add_argument('--contexts', default='1024,2048,4096,8192', help='prompt lengths in tokens (passkey, multi-key)')
     p.add_argument('--depths', default='0.1,0.3,0.5,0.7,0.9')
     p.add_argument('--pairs', default='8,16', help='word pairs per associative-recall prompt')

@@ -303,7 +303,6 @@ def _check_teacher_name(name) -> None:
 def _libraries():
     "Import what a command's work needs once its cheap checks pass, and keep transformers' and datasets' progress bars and notices out of its output."
     import datasets, transformers
-    import taylor_calibrate.convert  # noqa: F401  (registers the hybrid model types, as `import taylor_calibrate` does elsewhere)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()     # "Loading weights", "Writing model shards", hub downloads
     datasets.disable_progress_bars()                       # "Generating train split", "Filter"

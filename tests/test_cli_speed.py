@@ -1,5 +1,6 @@
 "The console script answers --help and argument errors at once: its parser imports neither torch, transformers nor plotly."
 import statistics, subprocess, sys, time
+import pytest
 from pathlib import Path
 
 EXE = str(Path(sys.executable).with_name('taylor-calibrate'))
@@ -54,11 +55,35 @@ def test_the_parser_imports_no_heavy_library(tmp_path):
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == '[]', r.stdout + r.stderr
 
-def test_importing_the_package_elsewhere_still_registers_the_hybrid_types():
-    "Outside the console script `import taylor_calibrate` imports the conversion code, so AutoModelForCausalLM knows hybrids."
-    from taylor_calibrate.convert import HYBRID_PREFIX
-    code = ("import sys, taylor_calibrate\n"
-            "from transformers.models.auto.configuration_auto import CONFIG_MAPPING\n"
-            f"print('taylor_calibrate.convert' in sys.modules, all({HYBRID_PREFIX!r} + t in CONFIG_MAPPING for t in ('qwen2', 'qwen3', 'llama')))")
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and r.stdout.split() == ['True', 'True'], r.stdout + r.stderr
+def test_importing_the_package_imports_no_heavy_library():
+    "`import taylor_calibrate` costs neither torch nor transformers: the hybrid types register when transformers loads."
+    r = subprocess.run([sys.executable, '-c', f"import sys, taylor_calibrate; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == '[]', r.stdout + r.stderr
+
+FIRST_IMPORTS = ['from transformers import AutoConfig', 'from transformers import AutoModelForCausalLM',
+                 'from transformers import LlamaConfig', 'from transformers import Qwen3ForCausalLM', 'import transformers.modeling_utils',
+                 'from transformers import AutoTokenizer', 'import taylor_calibrate.convert']
+
+@pytest.mark.parametrize('first', FIRST_IMPORTS)
+@pytest.mark.parametrize('package', ['before', 'after'])
+def test_transformers_loads_saved_hybrids_after_a_plain_import(saved_hybrid, first, package):
+    "Whichever part of transformers loads first, and whether before or after the package, AutoConfig and AutoModelForCausalLM read a saved hybrid (a warning fails)."
+    code = '\n'.join(['import taylor_calibrate' if package == 'before' else '', first, 'import taylor_calibrate' if package == 'after' else '',
+                      'from transformers import AutoConfig, AutoModelForCausalLM',
+                      f'print(type(AutoConfig.from_pretrained({str(saved_hybrid)!r})).__name__, type(AutoModelForCausalLM.from_pretrained({str(saved_hybrid)!r})).__name__)'])
+    r = subprocess.run([sys.executable, '-W', 'error', '-c', code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.split() == ['TaylorCalibrateQwen3Config', 'TaylorCalibrateQwen3ForCausalLM'], r.stdout + r.stderr[-2000:]
+
+@pytest.fixture(scope='module')
+def saved_hybrid(tmp_path_factory):
+    "A tiny random Qwen3 teacher's hybrid, saved."
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from taylor_calibrate.convert import to_hybrid
+    torch.manual_seed(0)
+    teacher = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                           num_key_value_heads=1, head_dim=16, max_position_embeddings=64))
+    path = tmp_path_factory.mktemp('hybrid')/'h'
+    to_hybrid(teacher, [0]).save_pretrained(path)
+    return path
