@@ -25,7 +25,7 @@ def probe_items(tok, a):
 def item_key(it): return hashlib.sha1(it.prompt.encode()).hexdigest()[:16]
 
 def student_labels(students, ledger):
-    "Student folder -> label (init, policy, seed) from the experiments ledger; folders without a ledger row are skipped."
+    "Student folder -> label (init, policy, seed, and the authors' KV row copy where used) from the experiments ledger; folders without a ledger row are skipped."
     import sys; sys.path.insert(0, str(ROOT/'scripts'))
     from experiments import claim_name
     rows = [json.loads(l) for l in Path(ledger).read_text().splitlines() if l.strip()]
@@ -33,7 +33,8 @@ def student_labels(students, ledger):
     out = {}
     for d in sorted(Path(students).iterdir()):
         if d.name in by_name:
-            j = by_name[d.name]; out[d] = f"{j['init']} | {j['keep']} | seed {j['seed']}"
+            j = by_name[d.name]
+            out[d] = f"{j['init']} | {j['keep']} | seed {j['seed']}" + (' | row copy' if j.get('kv_copy') == 'rows_bug' else '')
     return out
 
 def main(a):
