@@ -12,7 +12,8 @@ ledger is never repeated, so an interrupted script resumes where it stopped, and
 `--workers N` starts N processes that take runs from one list (claimed through files, so no run is done
 twice) and split the CPU between them. At the end the ledger is summarised into `<out-dir>/experiments.json`,
 which the results notebook reads. Recovery budget: `--recovery-tokens` per init (the same for every init);
-validation perplexity on VALID.
+validation perplexity on VALID. `--parts ablation` (not run by default) turns each of taylor+'s switches off in turn,
+at 25% kept, uniform policy, seed 0.
 """
 import argparse, hashlib, json, os, statistics, subprocess, sys, time
 from pathlib import Path
@@ -24,6 +25,7 @@ POLICIES = ('uniform:0.25', 'ar:0.25', 'ga-s2:0.25')
 RECOVERY_INITS = ('naive', 'zero_gate', 'taylor', 'taylor+')
 RETENTION = (0.25, 0.5, 0.75)
 RETENTION_INITS = ('naive', 'taylor', 'taylor+')
+ABLATED = ('gauge_fix', 'exact_decay', 'exact_beta', 'minibatch')   # taylor+'s switches, each turned off in turn (part 'ablation')
 TARGETS = (1.05, 1.1, 1.25, 1.5, 2.0)          # recovery targets, x teacher validation perplexity (the paper's metric uses 1.25-2x)
 
 # ----- the list of runs -----
@@ -33,7 +35,7 @@ def job_key(job): return '|'.join(f'{k}={job[k]}' for k in sorted(job))
 
 def jobs(parts, seeds, mini=False):
     """Every run the requested parts need, most informative and cheapest first: seed 0 of the uniform and AR rows, GQA and
-    the retention sweep; the uniform row's other seeds; recovery; seed 0 of GA-S2 (its selection calibrates one probe
+    the retention sweep; the uniform row's other seeds; recovery; the taylor+ ablation (seed 0); seed 0 of GA-S2 (its selection calibrates one probe
     per layer); the other seeds of everything else."""
     policies = POLICIES[:2] if mini else POLICIES
     row = lambda p, s: [zero_shot_job(p, i, s) for i in INITS] if 'grid' in parts and p in policies else []
@@ -43,6 +45,7 @@ def jobs(parts, seeds, mini=False):
     todo = row('uniform:0.25', 0) + row('ar:0.25', 0) + gqa(0) + retention(0)
     todo += [j for s in later for j in row('uniform:0.25', s)]
     todo += [recovery_job(i) for i in RECOVERY_INITS] if 'recovery' in parts else []
+    todo += [zero_shot_job('uniform:0.25', f'taylor+ without {s}', 0) for s in ABLATED] if 'ablation' in parts else []
     todo += row('ga-s2:0.25', 0)
     todo += [j for s in later for j in row('ar:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s)]
     return list({job_key(j): j for j in todo}.values())        # shared cells once, first position kept
@@ -88,16 +91,26 @@ def second_text_ids(tok):
     "The second evaluation text's token ids, tokenised by the teacher's own tokenizer."
     return torch.tensor(tok(SECOND_TEXT.read_text(), add_special_tokens=False)['input_ids'])
 
+def recipe_of(init):
+    """The recipe an init names: one of the package's, or 'taylor+ without <switch>', taylor+ with one of `ABLATED` off
+    (without minibatch, Phase 2 runs on taylor's budget too: 1,024 calibration tokens, full batch, no early stopping)."""
+    from dataclasses import replace
+    from taylor_calibrate.core import get_recipe
+    base, _, switch = init.partition(' without ')
+    if not switch: return get_recipe(init)
+    if base != 'taylor+' or switch not in ABLATED: raise ValueError(f'unknown init {init!r}: ablations are taylor+ without one of {ABLATED}')
+    off = dict(calib_tokens=get_recipe('taylor').calib_tokens, heldout_tokens=get_recipe('taylor').heldout_tokens, batch_windows=0, patience=0)
+    return replace(get_recipe(base), name=init, **{switch: False}, **(off if switch == 'minibatch' else {}))
+
 def recipe_id(init):
     "A fingerprint of an init's recipe: a ledger row made with another recipe of the same name is run again."
     from dataclasses import asdict
-    from taylor_calibrate.core import get_recipe
-    return hashlib.sha1(json.dumps(asdict(get_recipe(init)), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return hashlib.sha1(json.dumps(asdict(recipe_of(init)), sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 def run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept=None):
     from taylor_calibrate.core import calibrate
     from taylor_calibrate.teacher import perplexity
-    student = calibrate(teacher, 'train', keep=kept or job['keep'], init=job['init'], tokenizer=tok, seed=job['seed'], progress=False,
+    student = calibrate(teacher, 'train', keep=kept or job['keep'], init=recipe_of(job['init']), tokenizer=tok, seed=job['seed'], progress=False,
                         selection_data=valid_ids[:a.selection_tokens], gdn_options=dict(kv_copy=job['kv_copy']), **budget(a))
     rep = student.calibration_report
     if a.save_students:            # kept for the long-context probes (scripts/long_context.py), named by the run's key
@@ -114,7 +127,7 @@ def recovery_windows(tok, a):
 def run_recovery(job, teacher, tok, valid_ids, a):
     from taylor_calibrate.core import calibrate
     from taylor_calibrate.distill import distill
-    student = calibrate(teacher, 'train', keep=job['keep'], init=job['init'], tokenizer=tok, seed=job['seed'], progress=False, **budget(a))
+    student = calibrate(teacher, 'train', keep=job['keep'], init=recipe_of(job['init']), tokenizer=tok, seed=job['seed'], progress=False, **budget(a))
     t0 = time.time()
     log = distill(student, teacher, recovery_windows(tok, a), tokens=a.recovery_tokens, seq_len=a.seq_len, batch_size=a.batch_size,
                   eval_data=valid_ids, eval_tokens=valid_ids.numel(), progress=False)
@@ -163,7 +176,7 @@ def work(a):
 def _summ(xs): return dict(values=xs, mean=statistics.mean(xs), std=statistics.pstdev(xs), n=len(xs))
 
 def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl, teacher_second_text_ppl=None):
-    "Group the ledger's runs into the grid, retention, GQA and recovery tables (mean and spread over seeds)."
+    "Group the ledger's runs into the grid, retention, GQA, ablation and recovery tables (mean and spread over seeds)."
     from taylor_calibrate.distill import DistillLog, tokens_to_reach
     zs = {}
     for r in ledger.values():
@@ -180,7 +193,8 @@ def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl, teacher_second
                **(dict(teacher_second_text_ppl=teacher_second_text_ppl, second_text=SECOND_TEXT.name) if teacher_second_text_ppl else {}),
                grid=drop_empty({f'{p}|{i}': cell(p, i) for p in POLICIES for i in INITS}),
                retention=drop_empty({f'uniform:{f}|{i}': cell(f'uniform:{f}', i) for f in RETENTION for i in RETENTION_INITS}),
-               gqa=drop_empty({kv: cell('uniform:0.25', 'taylor', kv) for kv in ('heads', 'rows_bug')}))
+               gqa=drop_empty({kv: cell('uniform:0.25', 'taylor', kv) for kv in ('heads', 'rows_bug')}),
+               ablation=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ without {s}' for s in ABLATED))}))
     logs = {r['job']['init']: r['log'] for r in ledger.values() if r['job']['kind'] == 'recovery'}
     if logs:
         targets = {f'{m}x teacher': m * teacher_valid_ppl for m in TARGETS}

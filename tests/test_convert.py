@@ -221,9 +221,9 @@ def test_cache_batch_operations_on_gdn_slots():
         cache.batch_select_indices(torch.tensor([0, 2, 3]))  # rows 0, 1, 1
         step = hybrid(torch.cat([ids, ids[[1]]])[:, 9:], **cache_kw(hybrid, cache), use_cache=True).logits[:, -1]
         assert torch.allclose(step, full, atol=1e-5)
-        cache.reset()
-        assert all(l.state is None for l in cache.layers if isinstance(l, convert.GDNCacheLayer))
-    with pytest.raises(RuntimeError, match='cannot be rolled back'): cache.crop(-1)
+    with pytest.raises(RuntimeError, match='cannot be rolled back'): cache.crop(-1)   # before reset: transformers 5.19 cannot crop a reset cache
+    cache.reset()
+    assert all(l.state is None for l in cache.layers if isinstance(l, convert.GDNCacheLayer))
 
 def test_static_cache_and_4d_masks_are_refused_clearly():
     hybrid = to_hybrid(tiny('qwen2'), [0])

@@ -27,3 +27,20 @@ def test_experiments_mini(tmp_path):
     r = run(tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path/'runs.jsonl').read_text().splitlines() == rows
+
+def test_the_ablation_turns_off_one_switch_of_taylor_plus_at_a_time():
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import experiments as e
+    from dataclasses import asdict
+    from taylor_calibrate.core import get_recipe
+    full = asdict(get_recipe('taylor+'))
+    for s in e.ABLATED:
+        assert full[s] is True, s                                             # each ablated switch is on in taylor+
+        diff = {k for k, v in asdict(e.recipe_of(f'taylor+ without {s}')).items() if v != full[k]}
+        budget = {'calib_tokens', 'heldout_tokens', 'batch_windows', 'patience'} if s == 'minibatch' else set()
+        assert diff == {'name', s} | budget, (s, diff)
+    assert e.recipe_of('taylor') is get_recipe('taylor') and e.recipe_id('taylor+') != e.recipe_id('taylor+ without gauge_fix')
+    for bad in ('taylor without gauge_fix', 'taylor+ without steps'):
+        try: e.recipe_of(bad); raise AssertionError(bad)
+        except ValueError as x: assert 'unknown init' in str(x)
+    assert [j['init'] for j in e.jobs(['ablation'], 3)] == [f'taylor+ without {s}' for s in e.ABLATED]
