@@ -62,9 +62,9 @@ def main(a):
                 f.write(json.dumps(dict(model=label, item=item_key(it), seconds=time.time() - t0, **row)) + '\n'); f.flush(); os.fsync(f.fileno())
             print(f"{label:40} {it.kind:9} {it.context_len:6} depth {it.depth:.2f} {'ok ' if row['correct'] else 'MISS'} "
                   f"{row['answer']!r} <- {row['continuation']!r} ({time.time() - t0:.0f}s)", flush=True)
-    rows = [json.loads(l) for l in path.read_text().splitlines()]
-    by_model = {}
-    for r in rows: by_model.setdefault(r['model'], []).append(r)      # every model the ledger holds, whichever run asked it
+    rows = list({(r['model'], r['item']): r for r in map(json.loads, reversed(path.read_text().splitlines()))}.values())[::-1]
+    by_model = {}                                                       # one row per model and prompt (the first answer; greedy
+    for r in rows: by_model.setdefault(r['model'], []).append(r)        # decoding repeats it), every model the ledger holds
     summary = {m: accuracy(rs, by=('kind', 'size')).to_dict(orient='records') for m, rs in by_model.items()}
     answers = {m: [{k: r[k] for k in ('kind', 'size', 'context_len', 'depth', 'answer', 'continuation', 'correct')} for r in rs]
                for m, rs in by_model.items()}
