@@ -62,9 +62,10 @@ def main(a):
                 f.write(json.dumps(dict(model=label, item=item_key(it), seconds=time.time() - t0, **row)) + '\n'); f.flush(); os.fsync(f.fileno())
             print(f"{label:40} {it.kind:9} {it.context_len:6} depth {it.depth:.2f} {'ok ' if row['correct'] else 'MISS'} "
                   f"{row['answer']!r} <- {row['continuation']!r} ({time.time() - t0:.0f}s)", flush=True)
-    rows = list({(r['model'], r['item']): r for r in map(json.loads, reversed(path.read_text().splitlines()))}.values())[::-1]
-    by_model = {}                                                       # one row per model and prompt (the first answer; greedy
-    for r in rows: by_model.setdefault(r['model'], []).append(r)        # decoding repeats it), every model the ledger holds
+    rows = {}                                                           # one row per model and prompt: the first answer (greedy
+    for r in map(json.loads, path.read_text().splitlines()): rows.setdefault((r['model'], r['item']), r)   # decoding repeats it)
+    by_model = {}                                                       # every model the ledger holds
+    for r in rows.values(): by_model.setdefault(r['model'], []).append(r)
     summary = {m: accuracy(rs, by=('kind', 'size')).to_dict(orient='records') for m, rs in by_model.items()}
     answers = {m: [{k: r[k] for k in ('kind', 'size', 'context_len', 'depth', 'answer', 'continuation', 'correct')} for r in rs]
                for m, rs in by_model.items()}

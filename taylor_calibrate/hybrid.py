@@ -191,13 +191,14 @@ def register_hybrid_configs() -> dict:
 
 def register_hybrid_types() -> dict:
     "Make a hybrid model class per supported teacher type and register it, with its config class, with AutoConfig and AutoModelForCausalLM."
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import AutoModelForCausalLM, MODEL_FOR_CAUSAL_LM_MAPPING
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
     register_hybrid_configs()
     for t in SUPPORTED_MODEL_TYPES:
         if t in _HYBRID_CLASSES: continue
         cfg = _HYBRID_CONFIGS[t]
-        base_model = MODEL_FOR_CAUSAL_LM_MAPPING[cfg.__mro__[1]]
+        base_model = MODEL_FOR_CAUSAL_LM_MAPPING[CONFIG_MAPPING[t]]
         model = type(f'TaylorCalibrate{base_model.__name__}', (HybridMixin, base_model), {
             'config_class': cfg, '__module__': __name__, '__doc__': f'A hybrid of a {t} teacher: {base_model.__name__} with GatedDeltaNet layers.'})
         AutoModelForCausalLM.register(cfg, model, exist_ok=True)
