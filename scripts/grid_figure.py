@@ -25,7 +25,7 @@ LABELS = {'naive': ('naive copy', 'weights copied, GDN dynamics at defaults'),
           'phase2': ('Phase 2 only', 'each layer aligned to its teacher layer'),
           'taylor': ("the paper's recipe (taylor)", 'Phase 1, then Phase 2'),
           'taylor+': ('taylor+ (this package)', 'balanced gauge, exact targets, more data')}
-W, LEFT, RIGHT, TOP, ROW, BAR = 800, 290, 700, 112, 50, 17
+W, LEFT, RIGHT, TOP, ROW, BAR = 800, 290, 700, 130, 50, 17
 DECADES = 5                                     # the axis: 1x to 10^5 x the teacher's perplexity
 COLOURS = {'SmolLM2-135M': '#1f78b4', 'tiny-qwen2 (shipped)': '#b2b2b2'}
 
@@ -69,7 +69,7 @@ def caption(rows: list[dict], results: dict) -> list[str]:
 def svg(rows: list[dict], results: dict) -> str:
     "The grouped bar chart as an SVG document."
     names = list(TEACHERS)
-    seeds = {n: rows[0]['teachers'][n]['n'] for n in names}
+    seeds = {n: sorted({r['teachers'][n]['n'] for r in rows}) for n in names}   # the seeds each teacher's bars rest on
     height = TOP + ROW * len(rows) + 100
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" viewBox="0 0 {W} {height}" '
            'font-family="Helvetica, Arial, sans-serif">', f'<rect width="{W}" height="{height}" fill="white"/>',
@@ -77,12 +77,12 @@ def svg(rows: list[dict], results: dict) -> str:
            'the layers kept as attention</text>',
            '<text x="12" y="47" font-size="13" fill="#333">each bar: an initialisation of the converted layers; log scale, '
            '1x = the teacher; line = min to max over seeds</text>']
-    for i, n in enumerate(names):
-        x = 12 + 330 * i
-        s = seeds[n]
-        out += [f'<rect x="{x}" y="60" width="14" height="12" fill="{COLOURS[n]}"/>',
-                f'<text x="{x + 20}" y="71" font-size="12.5">{esc(n)}: {esc(TEACHERS[n][1])}, '
-                f'{"seed 0" if s == 1 else f"median of {s} seeds"}</text>']
+    for i, n in enumerate(names):                                                  # one legend entry a line
+        s, y = seeds[n], 60 + 18 * i
+        label = (f'{n}: {TEACHERS[n][1]}, ' + ('seed 0' if s == [1] else f'median of {s[0]} seeds' if len(s) == 1
+                                              else f'median of {s[0]} to {s[-1]} seeds'))
+        out += [f'<rect x="12" y="{y}" width="14" height="12" fill="{COLOURS[n]}"/>',
+                f'<text x="32" y="{y + 11}" font-size="12.5">{esc(label)}</text>']
     for e in range(DECADES + 1):
         x = xpos(10 ** e)
         out += [f'<line x1="{x:.1f}" y1="{TOP - 14}" x2="{x:.1f}" y2="{TOP + ROW * len(rows) - 8}" stroke="{"#555" if e == 0 else "#e4e4e4"}"/>',
