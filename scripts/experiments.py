@@ -21,7 +21,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
-POLICIES = ('uniform:0.25', 'ar:0.25', 'ga-s2:0.25')
+POLICIES = ('uniform:0.25', 'ar:0.25', 'ga-s2:0.25', 'retrieval:0.25')
 RECOVERY_INITS = ('naive', 'zero_gate', 'taylor', 'taylor+')
 RETENTION = (0.25, 0.5, 0.75)
 RETENTION_INITS = ('naive', 'taylor', 'taylor+')
@@ -34,20 +34,20 @@ def recovery_job(init): return dict(kind='recovery', init=init, keep='uniform:0.
 def job_key(job): return '|'.join(f'{k}={job[k]}' for k in sorted(job))
 
 def jobs(parts, seeds, mini=False):
-    """Every run the requested parts need, most informative and cheapest first: seed 0 of the uniform and AR rows, GQA and
-    the retention sweep; the uniform row's other seeds; recovery; the taylor+ ablation (seed 0); seed 0 of GA-S2 (its selection calibrates one probe
+    """Every run the requested parts need, most informative and cheapest first: seed 0 of the uniform and AR rows, GQA,
+    the retention sweep and the retrieval row; the uniform row's other seeds; recovery; the taylor+ ablation (seed 0); seed 0 of GA-S2 (its selection calibrates one probe
     per layer); the other seeds of everything else."""
     policies = POLICIES[:2] if mini else POLICIES
     row = lambda p, s: [zero_shot_job(p, i, s) for i in INITS] if 'grid' in parts and p in policies else []
     gqa = lambda s: [zero_shot_job('uniform:0.25', 'taylor', s, kv) for kv in ('heads', 'rows_bug')] if 'gqa' in parts else []
     retention = lambda s: [zero_shot_job(f'uniform:{f}', i, s) for f in RETENTION for i in RETENTION_INITS] if 'retention' in parts else []
     later = range(1, seeds)
-    todo = row('uniform:0.25', 0) + row('ar:0.25', 0) + gqa(0) + retention(0)
+    todo = row('uniform:0.25', 0) + row('ar:0.25', 0) + gqa(0) + retention(0) + row('retrieval:0.25', 0)
     todo += [j for s in later for j in row('uniform:0.25', s)]
     todo += [recovery_job(i) for i in RECOVERY_INITS] if 'recovery' in parts else []
     todo += [zero_shot_job('uniform:0.25', f'taylor+ without {s}', 0) for s in ABLATED] if 'ablation' in parts else []
     todo += row('ga-s2:0.25', 0)
-    todo += [j for s in later for j in row('ar:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s)]
+    todo += [j for s in later for j in row('ar:0.25', s) + row('retrieval:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s)]
     return list({job_key(j): j for j in todo}.values())        # shared cells once, first position kept
 
 # ----- the ledger -----
@@ -80,9 +80,9 @@ def claim(out_dir, key):
 def budget(a): return dict(steps=3, calib_tokens=1024, heldout_tokens=512) if a.mini else {}
 
 def selection_source(job):
-    "The run whose layer choice `job` reuses (None: it selects itself): AR is init- and seed-free, GA-S2 depends on the init only."
+    "The run whose layer choice `job` reuses (None: it selects itself): AR and retrieval are init- and seed-free, GA-S2 depends on the init only."
     if job['kind'] != 'zero_shot' or job['keep'].startswith('uniform'): return None
-    src = dict(job, seed=0, kv_copy='heads', init=INITS[0] if job['keep'].startswith('ar') else job['init'])
+    src = dict(job, seed=0, kv_copy='heads', init=INITS[0] if job['keep'].startswith(('ar', 'retrieval')) else job['init'])
     return None if src == job else src
 
 SECOND_TEXT = ROOT/'LICENSE'     # the second evaluation text: the Apache License 2.0 (legal English, not Python documentation)

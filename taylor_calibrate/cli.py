@@ -39,7 +39,7 @@ def compute_dtype(name: str, device=None):
 # equal to convert.EXPORT_LAYOUTS, convert.POLICIES, core.RECIPES, distill.SCHEDULES, teacher.SHIPPED_TEACHERS and
 # teacher.REGISTRY_TEACHERS.
 _LAYOUTS = ('qwen3_5', 'qwen3_5_moe')
-_POLICIES = ('uniform', 'ar', 'ga-s2')
+_POLICIES = ('uniform', 'ar', 'ga-s2', 'retrieval')
 _INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
 _SCHEDULES = ('constant', 'constant_with_warmup', 'linear', 'cosine', 'inverse_sqrt')
 _SHIPPED = ('tiny-qwen2', 'tiny-qwen3')   # the first is the default
@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=run_diagnose)
     c = sub.add_parser('convert', help='convert and calibrate any teacher: a named one, a .gguf file, a local directory or a hub name')
     c.add_argument('--teacher', required=True, help=_teachers('a local directory', 'a hub name of a causal LM'))
-    c.add_argument('--keep', default='uniform:0.25', help='policy (uniform:F, ar:F, ga-s2:F) or comma list of layer indices')
+    c.add_argument('--keep', default='uniform:0.25', help='policy (uniform:F, ar:F, ga-s2:F, retrieval:F) or comma list of layer indices')
     c.add_argument('--init', default='taylor+', help=f'{", ".join(_INITS)} (default: %(default)s)')
     c.add_argument('--data', default='train', help=f'calibration data: {_DATA} (default: %(default)s)')
     _add_out(c, 'the hybrid', required=True)
@@ -238,7 +238,7 @@ def load_data_spec(spec: str):
     raise ValueError(f'--data {spec!r} is neither a corpus split ({", ".join(SPLITS)}), existing text files, nor NAME:CONFIG:SPLIT')
 
 def parse_keep(keep: str):
-    "A --keep value: a policy string 'NAME:F' (uniform, ar or ga-s2; 0 < F <= 1), or a comma list of layer indices."
+    "A --keep value: a policy string 'NAME:F' (uniform, ar, ga-s2 or retrieval; 0 < F <= 1), or a comma list of layer indices."
     name, sep, frac = keep.partition(':')
     if name in _POLICIES and sep:
         try: ok = 0 < float(frac) <= 1
@@ -246,7 +246,7 @@ def parse_keep(keep: str):
         if not ok: raise ValueError(f'--keep {keep!r}: the fraction of layers kept as attention must be a number in (0, 1]')
         return keep
     try: return [int(k) for k in keep.split(',') if k.strip()]
-    except ValueError: raise ValueError(f'--keep {keep!r} is neither a policy (uniform:F, ar:F, ga-s2:F) nor a comma list of layer indices')
+    except ValueError: raise ValueError(f'--keep {keep!r} is neither a policy (uniform:F, ar:F, ga-s2:F, retrieval:F) nor a comma list of layer indices')
 
 def _inits(names: str) -> list[str]:
     "A comma list of init names, each checked."

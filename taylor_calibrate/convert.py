@@ -157,10 +157,10 @@ def copy_attention_into_gdn(attn: nn.Module, gdn: GatedDeltaNet, kv_copy: str = 
     return gdn
 
 # %% ../nbs/04_convert.ipynb #4bffff5f
-POLICIES = ('uniform', 'ar', 'ga-s2')
+POLICIES = ('uniform', 'ar', 'ga-s2', 'retrieval')
 
 def parse_policy(policy: str) -> tuple[str, float]:
-    "Split a policy string '<name>:<fraction>' (name uniform, ar or ga-s2; 0 < fraction <= 1)."
+    "Split a policy string '<name>:<fraction>' (name uniform, ar, ga-s2 or retrieval; 0 < fraction <= 1)."
     name, sep, frac = str(policy).partition(':')
     if name not in POLICIES or not sep:
         raise ValueError(f'unknown keep policy {policy!r}; accepted: a list of layer indices or ' + ', '.join(f"'{p}:<fraction>'" for p in POLICIES))

@@ -32,6 +32,7 @@ class ResidualStream:
     hidden: torch.Tensor
 
 _HEAD_FIELDS = ('mean_distance', 'entropy', 'rel_entropy')
+_MORE_HEAD_FIELDS = ('first_key_mass', 'far_peak')   # in frames and JSON when measured
 
 @dataclass
 class AttentionStats:
@@ -48,19 +49,24 @@ class AttentionStats:
     captures: dict = field(default_factory=dict)
     capture_mask: torch.Tensor | None = None
     residual: ResidualStream = None
+    first_key_mass: dict = field(default_factory=dict)
+    far_peak: dict = field(default_factory=dict)
+    far_from: int | None = None
+
+    def _fields(self): return (*_HEAD_FIELDS, *(f for f in _MORE_HEAD_FIELDS if getattr(self, f)))
 
     def to_frame(self) -> pd.DataFrame:
-        "One row per (layer, query head): layer, head, mean_distance, entropy, rel_entropy."
-        rows = [dict(layer=l, head=h, **{f: float(getattr(self, f)[l][h]) for f in _HEAD_FIELDS})
+        "One row per (layer, query head): layer, head, mean_distance, entropy, rel_entropy (and first_key_mass, far_peak when measured)."
+        rows = [dict(layer=l, head=h, **{f: float(getattr(self, f)[l][h]) for f in self._fields()})
                 for l in self.layers for h in range(len(self.mean_distance[l]))]
-        return pd.DataFrame(rows, columns=['layer', 'head', *_HEAD_FIELDS])
+        return pd.DataFrame(rows, columns=['layer', 'head', *self._fields()])
 
     def to_json(self) -> str:
         "The statistics (not the captures) as a JSON string."
         per = lambda d: {str(l): d[l].tolist() for l in self.layers}
         return json.dumps(dict(model_type=self.model_type, layers=self.layers, n_tokens=self.n_tokens,
-                               n_rel_tokens=self.n_rel_tokens, bucket_edges=self.bucket_edges.tolist(),
-                               **{f: per(getattr(self, f)) for f in (*_HEAD_FIELDS, 'distance_hist')}))
+                               n_rel_tokens=self.n_rel_tokens, bucket_edges=self.bucket_edges.tolist(), far_from=self.far_from,
+                               **{f: per(getattr(self, f)) for f in (*self._fields(), 'distance_hist')}))
 
     @classmethod
     def from_json(cls, s: str) -> 'AttentionStats':
@@ -68,8 +74,8 @@ class AttentionStats:
         j = json.loads(s)
         per = lambda d: {int(l): torch.tensor(v, dtype=torch.float32) for l, v in d.items()}
         return cls(layers=j['layers'], bucket_edges=torch.tensor(j['bucket_edges']), n_tokens=j['n_tokens'],
-                   n_rel_tokens=j['n_rel_tokens'], model_type=j['model_type'],
-                   **{f: per(j[f]) for f in (*_HEAD_FIELDS, 'distance_hist')})
+                   n_rel_tokens=j['n_rel_tokens'], model_type=j['model_type'], far_from=j.get('far_from'),
+                   **{f: per(j[f]) for f in (*_HEAD_FIELDS, *_MORE_HEAD_FIELDS, 'distance_hist') if f in j})
 
 # %% ../nbs/03_stats.ipynb #3084c946
 def _as_padded(input_ids, attention_mask):
@@ -115,8 +121,10 @@ def _capture_count(mask, capture_tokens):
 # %% ../nbs/03_stats.ipynb #ff4fe072
 def attention_stats(model, input_ids, attention_mask=None, layers=None, capture=None, capture_tokens=None,
                     chunk_size=64, batch_size=8, progress=True, capture_dtype=torch.float32,
-                    resume: ResidualStream = None, keep_residual: bool = False) -> AttentionStats:
+                    resume: ResidualStream = None, keep_residual: bool = False, far_from: int | None = None) -> AttentionStats:
     "Streamed per-head attention statistics of `model` on `input_ids` (and captured I/O of the `capture` layers), never forming a T x T matrix."
+    if far_from is not None and (isinstance(far_from, bool) or not isinstance(far_from, int) or far_from < 1):
+        raise ValueError(f"far_from must be a whole number of tokens >= 1 or None, got {far_from!r}")
     check_attention_registry(model)
     ids, mask = _as_padded(input_ids, attention_mask)
     cfg = model.config.get_text_config()
@@ -135,7 +143,7 @@ def attention_stats(model, input_ids, attention_mask=None, layers=None, capture=
     base = model.base_model
     dev = next(model.parameters()).device
     N, T = ids.shape
-    sess = StreamedSession(layers=layers, chunk_size=chunk_size, edges=distance_bucket_edges(T), capture=capture)
+    sess = StreamedSession(layers=layers, chunk_size=chunk_size, edges=distance_bucket_edges(T), capture=capture, far_from=far_from)
     n_cap = _capture_count(mask, capture_tokens) if capture else 0
     for l in capture:
         a = attns[l]
@@ -189,7 +197,8 @@ def attention_stats(model, input_ids, attention_mask=None, layers=None, capture=
                           rel_entropy=per('rel_entropy', 'n_rel'), distance_hist=per('hist', 'n'),
                           bucket_edges=sess.edges, n_tokens=int(s[layers[0]]['n']) if layers else int(mask.sum()),
                           n_rel_tokens=int(s[layers[0]]['n_rel']) if layers else 0, model_type=_model_type(model),
-                          captures=sess.captures, capture_mask=mask[:n_cap].clone() if capture else None, residual=residual)
+                          captures=sess.captures, capture_mask=mask[:n_cap].clone() if capture else None, residual=residual,
+                          first_key_mass=per('first_key', 'n_rel'), far_peak=per('far_peak', 'n_far') if far_from else {}, far_from=far_from)
 
 # %% ../nbs/03_stats.ipynb #f58f547f
 _PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf']
@@ -375,8 +384,9 @@ def _scratch(workspace: dict, name: str, shape: tuple, capacity: int, device) ->
         buf = workspace[name] = torch.empty(max(n, capacity), dtype=torch.float32, device=device)
     return buf[:n].view(shape)
 
-def attend_chunk(q, k, v, allowed, scaling, q_pos0=0, bias=None, edges=None, with_stats=True, workspace=None):
-    "Exact softmax attention of a query chunk q [B,Hq,C,d] on k, v [B,Hkv,kv,d] under mask `allowed` [B,1,C,kv]; returns (output [B,Hq,C,dv], row stats dict or None)."
+def attend_chunk(q, k, v, allowed, scaling, q_pos0=0, bias=None, edges=None, with_stats=True, workspace=None, far_from=None):
+    """Exact softmax attention of a query chunk q [B,Hq,C,d] on k, v [B,Hkv,kv,d] under mask `allowed` [B,1,C,kv]; returns (output [B,Hq,C,dv], row stats dict or None).
+    With `far_from`, the row stats also hold each row's largest weight on one key at distance >= far_from other than its first key."""
     B, Hq, C, d = q.shape
     Hkv, dv = k.shape[1], v.shape[-1]
     g, R = Hq // Hkv, Hq // Hkv * C
@@ -410,6 +420,13 @@ def attend_chunk(q, k, v, allowed, scaling, q_pos0=0, bias=None, edges=None, wit
     dist = pv[..., dv].reshape(B, Hq, C) + (t - r).float()                      # sum p (t - s) = (t - r) + sum p (r - s)
     ent = Z.log().squeeze(-1) - x.mul_(p).sum(-1) / Z.squeeze(-1)              # log Z - sum p (x - m)
     res = dict(entropy=ent.view(B, Hq, C), distance=dist, n_keys=n_keys, row_ok=row_ok)
+    j_first = (L - 1 - al.int().argmax(-1)).unsqueeze(2).expand(B, Hkv, g, C).reshape(B, Hkv, R, 1)  # column of each row's first key
+    res['first_key'] = (p.gather(-1, j_first) / Z).view(B, Hq, C)
+    if far_from is not None:                                                    # column j lies at distance j + (t - r)
+        far = torch.arange(L, device=q.device)[None, :] >= (far_from - (t - r))[:, None]        # [C, L]
+        torch.mul(p, far.repeat(g, 1), out=x).scatter_(-1, j_first, 0.)         # x is free again: far weights, first key left out
+        res['far_peak'] = (x.amax(-1, keepdim=True) / Z).view(B, Hq, C)
+        res['far_ok'] = n_keys >= far_from + 2                                   # rows that see a far key besides the first
     if edges is not None:
         torch.cumsum(p, -1, out=x)                                              # mass of the j+1 nearest keys (x is free now)
         idx = ((r - t)[:, None] + edges.to(q.device)[None, :] - 1).repeat(g, 1)  # [R, nb+1]: last column with distance < edge
@@ -424,6 +441,7 @@ class StreamedSession:
     layers: list
     chunk_size: int = 64
     edges: torch.Tensor | None = None
+    far_from: int | None = None        # distance from which `far_peak` counts a key (None: not measured)
     sums: dict = field(default_factory=dict)
     calls: dict = field(default_factory=dict)
     capture: list = field(default_factory=list)
@@ -437,11 +455,15 @@ class StreamedSession:
         n = st['n_keys'].double()                                               # [B,1,C]
         rel_ok = ok * (n > 1)
         rel = st['entropy'].double() / n.log().clamp(min=1e-30)
-        s = self.sums.setdefault(layer, dict(distance=0., entropy=0., rel_entropy=0., hist=0., n=0., n_rel=0.))
+        s = self.sums.setdefault(layer, dict(distance=0., entropy=0., rel_entropy=0., hist=0., first_key=0., far_peak=0., n=0., n_rel=0., n_far=0.))
         s['distance'] = s['distance'] + (st['distance'].double() * ok).sum((0, 2)).cpu()
         s['entropy'] = s['entropy'] + (st['entropy'].double() * ok).sum((0, 2)).cpu()
         s['rel_entropy'] = s['rel_entropy'] + (rel * rel_ok).sum((0, 2)).cpu()
         if 'hist' in st: s['hist'] = s['hist'] + (st['hist'] * ok.unsqueeze(-1)).sum((0, 2)).cpu()
+        s['first_key'] = s['first_key'] + (st['first_key'].double() * rel_ok).sum((0, 2)).cpu()
+        if 'far_peak' in st:
+            far_ok = ok * st['far_ok'].double()
+            s['far_peak'] = s['far_peak'] + (st['far_peak'].double() * far_ok).sum((0, 2)).cpu(); s['n_far'] += float(far_ok.sum())
         s['n'] += float(ok.sum()); s['n_rel'] += float(rel_ok.sum())
 
     def store(self, layer: int, name: str, x: torch.Tensor):
@@ -490,7 +512,8 @@ def streamed_attention_forward(module, query, key, value, attention_mask, scalin
         q1 = min(q0 + chunk, T)
         allowed, bias = _mask_rows(attention_mask, q0, q1, B, T, kv_len, is_causal, query.device)
         o, st = attend_chunk(query[:, :, q0:q1], key, value, allowed, scaling, q_pos0=q0 + kv_len - T, bias=bias,
-                             edges=sess.edges if with_stats else None, with_stats=with_stats, workspace=workspace)
+                             edges=sess.edges if with_stats else None, with_stats=with_stats, workspace=workspace,
+                             far_from=sess.far_from if with_stats else None)
         out[:, q0:q1] = o.transpose(1, 2)
         if st is not None:
             query_ok = pad[:, kv_len - T + q0: kv_len - T + q1] if pad is not None else torch.ones(B, q1 - q0, dtype=torch.bool, device=query.device)
