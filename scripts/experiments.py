@@ -128,10 +128,14 @@ def run_recovery(job, teacher, tok, valid_ids, a):
     from taylor_calibrate.core import calibrate
     from taylor_calibrate.distill import distill
     student = calibrate(teacher, 'train', keep=job['keep'], init=recipe_of(job['init']), tokenizer=tok, seed=job['seed'], progress=False, **budget(a))
+    micro = a.micro_batch or a.batch_size           # windows per forward; a step still takes --batch-size windows
     t0 = time.time()
-    log = distill(student, teacher, recovery_windows(tok, a), tokens=a.recovery_tokens, seq_len=a.seq_len, batch_size=a.batch_size,
-                  eval_data=valid_ids, eval_tokens=valid_ids.numel(), progress=False)
-    return dict(log=json.loads(log.to_json()), distill_s=time.time() - t0)
+    log = distill(student, teacher, recovery_windows(tok, a), tokens=a.recovery_tokens, seq_len=a.seq_len, batch_size=micro,
+                  grad_accum=a.batch_size // micro, eval_data=valid_ids, eval_tokens=valid_ids.numel(), progress=False)
+    if a.save_students:            # the recovered student, for the long-context probes
+        from taylor_calibrate.hybrid import save_hybrid
+        save_hybrid(student, Path(a.save_students)/claim_name(job_key(job)), tok, overwrite=True)
+    return dict(log=json.loads(log.to_json()), distill_s=time.time() - t0, micro_batch=micro)
 
 def setup_of(a, test_ids, valid_ids):
     teacher = {} if a.teacher is None else dict(teacher=a.teacher)     # the default teacher's ledger has no such key
@@ -260,15 +264,19 @@ if __name__ == '__main__':
     p.add_argument('--recovery-tokens', type=int, default=262144)
     p.add_argument('--seq-len', type=int, default=512)
     p.add_argument('--batch-size', type=int, default=8)
+    p.add_argument('--micro-batch', type=int, default=None, help='recovery: windows per forward pass, the step taking --batch-size '
+                   'windows by gradient accumulation (less memory, the same run; default: --batch-size)')
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--workers', type=int, default=1, help='processes sharing the run list (each gets threads // workers threads)')
     p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument('--summarise-only', action='store_true', help='run nothing: summarise the runs already in the ledger (e.g. after stopping early)')
     p.add_argument('--teacher', default=None, help='a teacher name load_teacher takes: tiny-qwen2 (default), tiny-qwen3, smollm2-135m')
-    p.add_argument('--save-students', default=None, help='save each zero-shot student (save_hybrid) in this folder, one subfolder per run')
+    p.add_argument('--save-students', default=None, help='save each student (zero-shot, and recovered after distillation) in this folder, one subfolder per run')
     p.add_argument('--inits', default=None, help='run only these inits (comma list; default: all); the summary still reads every run in the ledger')
     p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/')
     a = p.parse_args()
+    if a.micro_batch is not None and (a.micro_batch < 1 or a.batch_size % a.micro_batch):
+        p.error(f'--micro-batch must divide --batch-size ({a.batch_size}), got {a.micro_batch}')
     if a.out_dir is None: a.out_dir = str(ROOT/'bench'/'results'/('experiments' if a.teacher in (None, 'tiny-qwen2') else f'experiments_{a.teacher}'))
     if a.mini: a.seeds, a.eval_tokens, a.valid_tokens, a.recovery_tokens, a.seq_len, a.batch_size, a.selection_tokens = 1, 2048, 1024, 1024, 256, 2, 1024
     main(a)

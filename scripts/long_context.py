@@ -25,16 +25,17 @@ def probe_items(tok, a):
 def item_key(it): return hashlib.sha1(it.prompt.encode()).hexdigest()[:16]
 
 def student_labels(students, ledger):
-    "Student folder -> label (init, policy, seed, and the authors' KV row copy where used) from the experiments ledger; folders without a ledger row are skipped."
+    "Student folder -> label (init, policy, seed, the authors' KV row copy where used, and the distillation tokens of a recovered student) from the experiments ledger; folders without a ledger row are skipped."
     import sys; sys.path.insert(0, str(ROOT/'scripts'))
     from experiments import claim_name
     rows = [json.loads(l) for l in Path(ledger).read_text().splitlines() if l.strip()]
-    by_name = {claim_name(r['key']): r['job'] for r in rows if r['job']['kind'] == 'zero_shot'}
+    by_name = {claim_name(r['key']): r for r in rows}
     out = {}
     for d in sorted(Path(students).iterdir()):
         if d.name in by_name:
-            j = by_name[d.name]
+            r = by_name[d.name]; j = r['job']
             out[d] = f"{j['init']} | {j['keep']} | seed {j['seed']}" + (' | row copy' if j.get('kv_copy') == 'rows_bug' else '')
+            if j['kind'] == 'recovery': out[d] += f" | recovered ({r['log']['eval_tokens'][-1]:,} tokens)"
     return out
 
 def main(a):
