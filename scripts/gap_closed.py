@@ -213,7 +213,7 @@ def derive(row):
 def label(row):
     "A plain row label: model, kept fraction, policy (and k for gauge rows)."
     if row['kept'] is None: return f"{row['model']}, ablation (the 88\u00d7 row)"
-    policy = row['policy'].upper() if row['policy'] != 'uniform' else 'uniform'
+    policy = row['policy'].upper() if row['policy'] in ('ar', 'ga-s2') else row['policy']   # the paper's acronyms
     return f"{row['model']}, {row['kept']:.0%} kept, " + (f"{policy}, k = {row['k']:g}" if row.get('k', 1.0) != 1.0 else policy)
 
 def rng(d):
@@ -230,7 +230,9 @@ def summary(rows):
               'paper, all zero-shot rows': [r for r in rows if r['source'] == 'paper'],
               'package, 25 % grid, both teachers (k = 1)': [r for r in rows if shipped(r) and r['k'] == 1.0 and r['kept'] == 0.25],
               'package, all k = 1 rows (grid and retention)': [r for r in rows if shipped(r) and r['k'] == 1.0],
-              **{f'package, real teacher {t}, 25 %': [r for r in rows if r['model'] == t and r['kept'] == 0.25] for t in REAL_TEACHERS}}
+              # the paper's policies only: the package's retrieval policy is compared with them in 08_results
+              **{f'package, real teacher {t}, 25 %': [r for r in rows if r['model'] == t and r['kept'] == 0.25 and r['policy'] != 'retrieval']
+                 for t in REAL_TEACHERS}}
     out = {}
     for name, rs in groups.items():
         q = {}

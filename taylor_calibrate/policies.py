@@ -78,7 +78,7 @@ def select_layers(teacher, policy: str, tokenizer=None, data='valid', init=None,
     return sorted(kept), scores
 
 def plot_layer_scores(kept, scores: dict, policy: str):
-    "Bar chart of per-layer selection scores, kept layers highlighted (log axis when all scores are positive)."
+    "Bar chart of per-layer selection scores, kept layers highlighted (perplexities on a log axis when all are positive)."
     import plotly.graph_objects as go
     name, _ = parse_policy(policy)
     if not scores: raise ValueError(f'policy {name!r} has no per-layer scores to plot')
@@ -89,5 +89,5 @@ def plot_layer_scores(kept, scores: dict, policy: str):
                            hovertemplate='layer %{x}: %{y:.4g}<extra></extra>'))
     fig.update_layout(title=f'{policy}: kept layers {sorted(kept)} (red)', xaxis_title='layer', yaxis_title=label,
                       xaxis=dict(tickmode='linear', dtick=1), template='plotly_white')
-    if all(v > 0 and math.isfinite(v) for v in vals): fig.update_yaxes(type='log')
+    if name != 'retrieval' and all(v > 0 and math.isfinite(v) for v in vals): fig.update_yaxes(type='log')   # perplexities
     return fig
