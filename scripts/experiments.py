@@ -223,14 +223,15 @@ def _ratio(naive, calibrated, budget):
 
 def run_workers(a, work, script):
     """Run the unfinished runs: in this process (`a.worker` set, or one worker) or in `a.workers` processes of `script`
-    that share the run list through claim files (stale claims of an interrupted run are cleared first). True if this is a worker."""
+    that share the run list through claim files (stale claims of an interrupted run are cleared first, except by a
+    summary, which runs nothing). True if this is a worker."""
     out_dir = Path(a.out_dir); out_dir.mkdir(parents=True, exist_ok=True)
     if a.worker is not None: work(a); return True
+    if a.summarise_only: return False            # a summary runs nothing and leaves running workers' claims alone
     claims = out_dir/'.claims'
     if claims.exists():
         for f in claims.iterdir(): f.unlink()
-    if a.summarise_only: pass
-    elif a.workers == 1: a.worker = 0; work(a)
+    if a.workers == 1: a.worker = 0; work(a)
     else:
         procs = [subprocess.Popen([sys.executable, script, *sys.argv[1:], '--worker', str(w), '--threads', str(max(1, a.threads // a.workers))])
                  for w in range(a.workers)]
@@ -275,8 +276,8 @@ if __name__ == '__main__':
     p.add_argument('--inits', default=None, help='run only these inits (comma list; default: all); the summary still reads every run in the ledger')
     p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/')
     a = p.parse_args()
-    if a.micro_batch is not None and (a.micro_batch < 1 or a.batch_size % a.micro_batch):
-        p.error(f'--micro-batch must divide --batch-size ({a.batch_size}), got {a.micro_batch}')
     if a.out_dir is None: a.out_dir = str(ROOT/'bench'/'results'/('experiments' if a.teacher in (None, 'tiny-qwen2') else f'experiments_{a.teacher}'))
     if a.mini: a.seeds, a.eval_tokens, a.valid_tokens, a.recovery_tokens, a.seq_len, a.batch_size, a.selection_tokens = 1, 2048, 1024, 1024, 256, 2, 1024
+    if a.micro_batch is not None and (a.micro_batch < 1 or a.batch_size % a.micro_batch):
+        p.error(f'--micro-batch must divide --batch-size ({a.batch_size}), got {a.micro_batch}')
     main(a)

@@ -7,7 +7,7 @@ def run(out, *extra):
                           capture_output=True, text=True)
 
 def test_experiments_mini(tmp_path):
-    r = run(tmp_path, '--workers', '2')
+    r = run(tmp_path, '--workers', '2', '--micro-batch', '1')      # recovery steps of 2 windows as 2 micro-batches of 1
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path/'experiments.json').read_text())
     assert {'grid', 'retention', 'gqa', 'recovery'} <= set(res)
@@ -23,6 +23,7 @@ def test_experiments_mini(tmp_path):
     rows = (tmp_path/'runs.jsonl').read_text().splitlines()
     keys = [json.loads(l)['key'] for l in rows]
     assert len(keys) == len(set(keys)) == 12 + 1 + 6 + 4        # grid, gqa rows_bug, retention 50%/75%, recovery: each run once
+    assert all(json.loads(l)['micro_batch'] == 1 for l in rows if '"recovery"' in l)
     # a second invocation finds every run in the ledger and only re-summarises
     r = run(tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -44,3 +45,13 @@ def test_the_ablation_turns_off_one_switch_of_taylor_plus_at_a_time():
         try: e.recipe_of(bad); raise AssertionError(bad)
         except ValueError as x: assert 'unknown init' in str(x)
     assert [j['init'] for j in e.jobs(['ablation'], 3)] == [f'taylor+ without {s}' for s in e.ABLATED]
+
+def test_a_summary_leaves_running_workers_claims_alone(tmp_path):
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import experiments as e
+    from types import SimpleNamespace
+    (tmp_path/'.claims').mkdir(); (tmp_path/'.claims'/'running').touch()
+    a = SimpleNamespace(out_dir=str(tmp_path), worker=None, summarise_only=True, workers=1)
+    def work(a): raise AssertionError('a summary runs nothing')
+    assert e.run_workers(a, work, 'experiments.py') is False
+    assert (tmp_path/'.claims'/'running').exists()
