@@ -28,7 +28,7 @@ Needs the two saved hybrids (`scripts/experiments.py --teacher smollm2-135m --ev
 runs/students_smollm2-135m`, parts grid and retention) or `--hybrid-25 DIR --hybrid-75 DIR`. Two CPU cores, one
 used by the servers: about 25 minutes.
 """
-import argparse, contextlib, json, re, statistics, subprocess, sys, time
+import argparse, contextlib, json, re, statistics, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     py = ensure_vllm_venv(ROOT/'.vllm-venv')
     plugin = ensure_plugin(py)
     _, tok = load_teacher(TEACHER, progress=False)
-    work = Path(__import__('tempfile').mkdtemp(prefix='lc_serve_'))
+    work = Path(tempfile.mkdtemp(prefix='lc_serve_'))
 
     # 1. probes: the package, then the server, per model
     items = passkey_items(tok, context_lens=contexts, n=1, seed=0)
@@ -147,7 +147,6 @@ def main(argv=None) -> int:
     valid = corpus_token_ids(tok, 'valid', max_tokens=max(lengths)).tolist()
     pair = dict(teacher=folders['teacher'], hybrid_25=folders['hybrid_25'])
     times = {m: {n: dict(prefill=[], decode=[]) for n in lengths} for m in pair}
-    capacity = {}
     wait_for_other_servers()
     with contextlib.ExitStack() as stack:
         bases = {m: stack.enter_context(plugin_server(py, Path(d), work/f'vllm_throughput_{m}.log', a.core, exclusive=False,
