@@ -16,12 +16,11 @@ import plotly.graph_objects as go
 import ipywidgets as widgets
 from IPython.display import display
 from plotly.subplots import make_subplots
-from .taylor import dt_bias_from_distance, half_life, beta_target
 from .gdn import GatedDeltaNet, readable_fraction
 from .teacher import load_teacher, attention_maps, EXAMPLE_HEAD
 from .stats import AttentionStats, attention_stats
 from .convert import check_teacher, decoder_layers, gdn_options_for, copy_attention_into_gdn
-from .core import token_windows, concentration, get_recipe, phase1, layer_fit, realised_half_life, realised_beta
+from .core import token_windows, b_dt, half_life, beta_star, concentration, get_recipe, phase1, layer_fit, realised_half_life, realised_beta
 
 # %% ../nbs/07_explore.ipynb #815f04c3
 _AVERAGED = ('mean_distance', 'entropy', 'distance_hist')
@@ -121,9 +120,9 @@ def head_targets(stats: AttentionStats, layer: int, multiplier: float = 1.0, bet
     if not multiplier > 0: raise ValueError(f'the half-life multiplier must be > 0, got {multiplier}')
     d = stats.mean_distance[layer].double()
     c = concentration(stats.entropy[layer], stats.rel_entropy[layer], how)
-    dt = dt_bias_from_distance((multiplier * d).clamp_min(0.5))               # set_decay's floor, then the rate clamp
+    dt = b_dt((multiplier * d).clamp_min(0.5))               # set_decay's floor, then the rate clamp
     return dict(mean_distance=d, entropy=stats.entropy[layer].double(), rel_entropy=stats.rel_entropy[layer].double(),
-                concentration=c.double(), beta_star=beta_target(c, beta_lo, beta_span).double(), dt_bias=dt, half_life=half_life(dt))
+                concentration=c.double(), beta_star=beta_star(c, beta_lo, beta_span).double(), dt_bias=dt, half_life=half_life(dt))
 
 # %% ../nbs/07_explore.ipynb #59432fd9
 def kernel_lags(seq_len: int, n_points: int = 48) -> torch.Tensor:

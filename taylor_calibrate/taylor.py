@@ -6,8 +6,7 @@
 __all__ = ['attention_logits', 'attention_probs', 'softmax_attention', 'taylor_exp', 'taylor_attention_quadratic',
            'taylor_attention', 'relative_error', 'attention_entropy', 'taylor_error_by_head', 'random_qkv',
            'plot_error_vs_logit_scale', 'plot_error_vs_entropy', 'ols_sums', 'ols_from_sums', 'ols_scale',
-           'softplus_inv', 'dt_bias_from_distance', 'half_life', 'concentration_minmax', 'concentration_relative',
-           'beta_target', 'output_gate_alpha']
+           'softplus_inv']
 
 # %% ../nbs/00_taylor.ipynb #2977680c
 import math
@@ -183,40 +182,3 @@ def softplus_inv(y):
     y = _as_float(y)
     if (y <= 0).any(): raise ValueError('softplus_inv needs y > 0 (softplus only takes positive values)')
     return y + torch.log(-torch.expm1(-y))
-
-def dt_bias_from_distance(d, min_rate=1e-3, max_rate=5.0):
-    "GDN `dt_bias` giving a memory half-life of `d` tokens (A_log = 0, no input term): softplus^-1(clamp(ln 2 / d))."
-    d = _as_float(d)
-    if (d <= 0).any(): raise ValueError('dt_bias_from_distance needs distances d > 0 (in tokens)')
-    return softplus_inv((math.log(2) / d).clamp(min_rate, max_rate))
-
-def half_life(dt_bias, A_log=0.):
-    "Tokens until a GDN head's decay halves its state, assuming the a_proj term is 0: ln 2 / (exp(A_log) softplus(dt_bias))."
-    dt_bias, A_log = _as_float(dt_bias), _as_float(A_log)
-    return math.log(2) / (A_log.exp() * F.softplus(dt_bias))
-
-# %% ../nbs/00_taylor.ipynb #c87c4fdb
-def concentration_minmax(entropy):
-    "Per-layer min-max concentration in [0, 1] across heads (last dim): 1 = lowest entropy; 0.5 where all heads are equal."
-    lo, hi = entropy.amin(-1, keepdim=True), entropy.amax(-1, keepdim=True)
-    span = hi - lo
-    return torch.where(span > 0, (hi - entropy) / torch.where(span > 0, span, 1.), 0.5)
-
-def concentration_relative(rel_entropy):
-    "Concentration 1 - relative entropy (entropy / its maximum log(t+1)), clamped to [0, 1]."
-    return (1 - rel_entropy).clamp(0, 1)
-
-def beta_target(c, lo=0.3, span=0.4):
-    "Target write strength beta* = lo + span * c for concentrations c in [0, 1] (paper: 0.3 + 0.4 c)."
-    c = _as_float(c)
-    if ((c < 0) | (c > 1)).any(): raise ValueError('beta_target needs concentrations c in [0, 1]')
-    if not (0 < lo and lo + span < 1 and span >= 0):
-        raise ValueError(f'need 0 < lo and lo + span < 1 with span >= 0 (beta must stay in (0, 1)); got lo={lo}, span={span}')
-    return lo + span * c
-
-# %% ../nbs/00_taylor.ipynb #0706cd8d
-def output_gate_alpha(context_rms, value_rms, damping=0.01):
-    "Output-gate scale alpha* = damping * RMS(teacher context) / RMS(act(W_V x)); g_proj starts as alpha* W_V."
-    context_rms, value_rms = _as_float(context_rms), _as_float(value_rms)
-    if (value_rms <= 0).any(): raise ValueError('output_gate_alpha needs value_rms > 0')
-    return damping * context_rms / value_rms

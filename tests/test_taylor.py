@@ -5,8 +5,8 @@ import torch
 import plotly.graph_objects as go
 from taylor_calibrate.taylor import (attention_probs, softmax_attention, taylor_attention, taylor_attention_quadratic,
     taylor_error_by_head, random_qkv, relative_error, plot_error_vs_logit_scale, plot_error_vs_entropy, ols_scale,
-    softplus_inv, dt_bias_from_distance, half_life, concentration_minmax, concentration_relative, beta_target,
-    output_gate_alpha)
+    softplus_inv)
+from taylor_calibrate.core import b_dt, half_life, concentration_minmax, concentration_relative, beta_star, alpha_star
 
 torch.set_num_threads(1)
 
@@ -72,15 +72,15 @@ def test_figures_are_plotly_figures():
 
 def test_mappings_compose():
     d = torch.logspace(-0.2, 2.5, 20, dtype=torch.float64)        # 0.63 .. 316 tokens: inside the clamp
-    torch.testing.assert_close(half_life(dt_bias_from_distance(d)), d)
+    torch.testing.assert_close(half_life(b_dt(d)), d)
     torch.testing.assert_close(softplus_inv(torch.nn.functional.softplus(torch.tensor(-80., dtype=torch.float64))),
                                torch.tensor(-80., dtype=torch.float64))
-    beta = beta_target(concentration_minmax(torch.rand(4, 6, generator=torch.Generator().manual_seed(6)) * 3))
+    beta = beta_star(concentration_minmax(torch.rand(4, 6, generator=torch.Generator().manual_seed(6)) * 3))
     assert beta.min() >= 0.3 - 1e-6 and beta.max() <= 0.7 + 1e-6
     assert not torch.isnan(concentration_minmax(torch.full((2, 3), 1.7))).any()
     torch.testing.assert_close(concentration_relative(torch.tensor([0.2])), torch.tensor([0.8]))
-    torch.testing.assert_close(output_gate_alpha(torch.tensor(0.02), torch.tensor(0.04)), torch.tensor(0.005))
-    with pytest.raises(ValueError): dt_bias_from_distance(-1.)
+    torch.testing.assert_close(alpha_star(torch.tensor(0.02), torch.tensor(0.04)), torch.tensor(0.005))
+    with pytest.raises(ValueError): b_dt(-1.)
     with pytest.raises(ValueError): softplus_inv(torch.tensor([1., -1.]))
 
 
