@@ -125,17 +125,24 @@ def recovery_windows(tok, a):
     return token_windows('train', tok, a.seq_len, max_tokens=a.recovery_tokens + 64 * a.seq_len)[64:]
 
 def run_recovery(job, teacher, tok, valid_ids, a):
+    """Calibrate, then distil on TRAIN. With --checkpoints, a killed run resumes: the calibrated student is saved before
+    distillation starts and distillation checkpoints about every tenth of its budget (`distill` resumes them exactly)."""
     from taylor_calibrate.core import calibrate
     from taylor_calibrate.distill import distill
-    student = calibrate(teacher, 'train', keep=job['keep'], init=recipe_of(job['init']), tokenizer=tok, seed=job['seed'], progress=False, **budget(a))
+    from taylor_calibrate.hybrid import save_hybrid, load_hybrid
+    ckpt = Path(a.checkpoints)/claim_name(job_key(job)) if a.checkpoints else None
+    if ckpt is not None and (ckpt/'calibrated').is_dir():        # written atomically: present means complete
+        student = load_hybrid(ckpt/'calibrated')
+    else:
+        student = calibrate(teacher, 'train', keep=job['keep'], init=recipe_of(job['init']), tokenizer=tok, seed=job['seed'], progress=False, **budget(a))
+        if ckpt is not None: save_hybrid(student, ckpt/'calibrated', tok)
     micro = a.micro_batch or a.batch_size           # windows per forward; a step still takes --batch-size windows
-    t0 = time.time()
     log = distill(student, teacher, recovery_windows(tok, a), tokens=a.recovery_tokens, seq_len=a.seq_len, batch_size=micro,
-                  grad_accum=a.batch_size // micro, eval_data=valid_ids, eval_tokens=valid_ids.numel(), progress=False)
+                  grad_accum=a.batch_size // micro, eval_data=valid_ids, eval_tokens=valid_ids.numel(), progress=False,
+                  checkpoint_dir=None if ckpt is None else ckpt/'distill')
     if a.save_students:            # the recovered student, for the long-context probes
-        from taylor_calibrate.hybrid import save_hybrid
         save_hybrid(student, Path(a.save_students)/claim_name(job_key(job)), tok, overwrite=True)
-    return dict(log=json.loads(log.to_json()), distill_s=time.time() - t0, micro_batch=micro)
+    return dict(log=json.loads(log.to_json()), distill_s=log.wall_time[-1] if log.wall_time else 0., micro_batch=micro)
 
 def setup_of(a, test_ids, valid_ids):
     teacher = {} if a.teacher is None else dict(teacher=a.teacher)     # the default teacher's ledger has no such key
@@ -272,6 +279,8 @@ if __name__ == '__main__':
     p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument('--summarise-only', action='store_true', help='run nothing: summarise the runs already in the ledger (e.g. after stopping early)')
     p.add_argument('--teacher', default=None, help='a teacher name load_teacher takes: tiny-qwen2 (default), tiny-qwen3, smollm2-135m')
+    p.add_argument('--checkpoints', default=None, help='recovery: keep each run\'s calibrated student and distillation checkpoints '
+                   'in this folder, one subfolder per run, so that a killed run resumes where it stopped')
     p.add_argument('--save-students', default=None, help='save each student (zero-shot, and recovered after distillation) in this folder, one subfolder per run')
     p.add_argument('--inits', default=None, help='run only these inits (comma list; default: all); the summary still reads every run in the ledger')
     p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/')

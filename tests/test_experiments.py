@@ -7,7 +7,8 @@ def run(out, *extra):
                           capture_output=True, text=True)
 
 def test_experiments_mini(tmp_path):
-    r = run(tmp_path, '--workers', '2', '--micro-batch', '1')      # recovery steps of 2 windows as 2 micro-batches of 1
+    ckpt = str(tmp_path/'checkpoints')
+    r = run(tmp_path, '--workers', '2', '--micro-batch', '1', '--checkpoints', ckpt)   # recovery steps of 2 windows as 2 micro-batches of 1
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path/'experiments.json').read_text())
     assert {'grid', 'retention', 'gqa', 'recovery'} <= set(res)
@@ -28,6 +29,18 @@ def test_experiments_mini(tmp_path):
     r = run(tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path/'runs.jsonl').read_text().splitlines() == rows
+    # recovery runs killed after their last checkpoint: rerun, they load the calibrated student and resume the distillation
+    # (the restored log keeps the first run's wall time, which a fresh run would not reproduce)
+    runs = [d for d in (tmp_path/'checkpoints').iterdir()]
+    assert len(runs) == 4 and all((d/'calibrated'/'config.json').exists() and (d/'distill'/'ckpt').is_dir() for d in runs)
+    recovery = {json.loads(l)['key']: json.loads(l) for l in rows if '"recovery"' in l}
+    (tmp_path/'runs.jsonl').write_text(''.join(l + '\n' for l in rows if '"recovery"' not in l))
+    r = run(tmp_path, '--checkpoints', ckpt, '--micro-batch', '1')
+    assert r.returncode == 0, r.stderr[-3000:]
+    again = {json.loads(l)['key']: json.loads(l) for l in (tmp_path/'runs.jsonl').read_text().splitlines() if '"recovery"' in l}
+    assert again.keys() == recovery.keys()
+    for k, row in again.items():
+        assert row['log'] == recovery[k]['log'] and row['distill_s'] == recovery[k]['distill_s'], k
 
 def test_the_ablation_turns_off_one_switch_of_taylor_plus_at_a_time():
     sys.path.insert(0, str(ROOT/'scripts'))
