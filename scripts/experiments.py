@@ -13,7 +13,9 @@ ledger is never repeated, so an interrupted script resumes where it stopped, and
 twice) and split the CPU between them. At the end the ledger is summarised into `<out-dir>/experiments.json`,
 which the results notebook reads. Recovery budget: `--recovery-tokens` per init (the same for every init);
 validation perplexity on VALID. `--parts ablation` (not run by default) turns each of taylor+'s switches off in turn,
-at 25% kept, uniform policy, seed 0.
+at 25% kept, uniform policy, seed 0; `--parts budget` (not run by default) runs taylor+ with a larger cap on Phase 2's
+steps (its early stopping on held-out calibration tokens decides where it stops). Every zero-shot run also records
+its VALID perplexity, on which a recipe is chosen; TEST is only reported.
 """
 import argparse, hashlib, json, os, statistics, subprocess, sys, time
 from pathlib import Path
@@ -26,6 +28,7 @@ RECOVERY_INITS = ('naive', 'zero_gate', 'taylor', 'taylor+')
 RETENTION = (0.25, 0.5, 0.75)
 RETENTION_INITS = ('naive', 'taylor', 'taylor+')
 ABLATED = ('gauge_fix', 'exact_decay', 'exact_beta', 'minibatch')   # taylor+'s switches, each turned off in turn (part 'ablation')
+STEP_CAPS = (1000,)                             # Phase 2's step cap for taylor+ in part 'budget' (its own: 300)
 TARGETS = (1.05, 1.1, 1.25, 1.5, 2.0)          # recovery targets, x teacher validation perplexity (the paper's metric uses 1.25-2x)
 
 # ----- the list of runs -----
@@ -46,6 +49,7 @@ def jobs(parts, seeds, mini=False):
     todo += [j for s in later for j in row('uniform:0.25', s)]
     todo += [recovery_job(i) for i in RECOVERY_INITS] if 'recovery' in parts else []
     todo += [zero_shot_job('uniform:0.25', f'taylor+ without {s}', 0) for s in ABLATED] if 'ablation' in parts else []
+    todo += [zero_shot_job('uniform:0.25', f'taylor+ with steps={n}', 0) for n in STEP_CAPS] if 'budget' in parts else []
     todo += row('ga-s2:0.25', 0)
     todo += [j for s in later for j in row('ar:0.25', s) + row('retrieval:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s)]
     return list({job_key(j): j for j in todo}.values())        # shared cells once, first position kept
@@ -92,10 +96,15 @@ def second_text_ids(tok):
     return torch.tensor(tok(SECOND_TEXT.read_text(), add_special_tokens=False)['input_ids'])
 
 def recipe_of(init):
-    """The recipe an init names: one of the package's, or 'taylor+ without <switch>', taylor+ with one of `ABLATED` off
-    (without minibatch, Phase 2 runs on taylor's budget too: 1,024 calibration tokens, full batch, no early stopping)."""
+    """The recipe an init names: one of the package's; 'taylor+ without <switch>', taylor+ with one of `ABLATED` off
+    (without minibatch, Phase 2 runs on taylor's budget too: 1,024 calibration tokens, full batch, no early stopping);
+    or 'taylor+ with steps=N', taylor+ with Phase 2 capped at N steps instead of 300."""
     from dataclasses import replace
     from taylor_calibrate.core import get_recipe
+    if ' with steps=' in init:
+        base, _, n = init.partition(' with steps=')
+        if base != 'taylor+' or not n.isdigit() or int(n) < 1: raise ValueError(f"unknown init {init!r}: a step cap is 'taylor+ with steps=N', N > 0")
+        return replace(get_recipe(base), name=init, steps=int(n))
     base, _, switch = init.partition(' without ')
     if not switch: return get_recipe(init)
     if base != 'taylor+' or switch not in ABLATED: raise ValueError(f'unknown init {init!r}: ablations are taylor+ without one of {ABLATED}')
@@ -116,7 +125,8 @@ def run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept=None):
     if a.save_students:            # kept for the long-context probes (scripts/long_context.py), named by the run's key
         from taylor_calibrate.convert import save_hybrid
         save_hybrid(student, Path(a.save_students)/claim_name(job_key(job)), tok, overwrite=True)
-    return dict(ppl=perplexity(student, test_ids, progress=False), second_text_ppl=perplexity(student, second_text_ids(tok), progress=False),
+    return dict(ppl=perplexity(student, test_ids, progress=False), valid_ppl=perplexity(student, valid_ids, progress=False),
+                second_text_ppl=perplexity(student, second_text_ids(tok), progress=False),
                 kept=rep.keep, selection=rep.selection, timings=rep.timings, report=rep.to_json())
 
 def recovery_windows(tok, a):
@@ -143,6 +153,19 @@ def run_recovery(job, teacher, tok, valid_ids, a):
     if a.save_students:            # the recovered student, for the long-context probes
         save_hybrid(student, Path(a.save_students)/claim_name(job_key(job)), tok, overwrite=True)
     return dict(log=json.loads(log.to_json()), distill_s=log.wall_time[-1] if log.wall_time else 0., micro_batch=micro)
+
+def backfill_valid(a):
+    "Append, for each zero-shot run of the ledger without a VALID perplexity whose student --save-students holds, the same row with it."
+    from taylor_calibrate.hybrid import load_hybrid
+    from taylor_calibrate.teacher import perplexity
+    teacher, tok, test_ids, valid_ids = load(a)
+    _, sid = setup_of(a, test_ids, valid_ids)
+    for key, row in read_ledger(a.out_dir, sid).items():
+        student = Path(a.save_students)/claim_name(key)
+        if row['job']['kind'] != 'zero_shot' or 'valid_ppl' in row or not student.is_dir(): continue
+        row = dict(row, valid_ppl=perplexity(load_hybrid(student), valid_ids, progress=False))
+        append_ledger(a.out_dir, row)
+        print(f"{row['job']['keep']:13} {row['job']['init']:9} seed {row['job']['seed']}: valid ppl {row['valid_ppl']:.2f}", flush=True)
 
 def setup_of(a, test_ids, valid_ids):
     teacher = {} if a.teacher is None else dict(teacher=a.teacher)     # the default teacher's ledger has no such key
@@ -197,15 +220,18 @@ def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl, teacher_second
         rs = sorted(zs.get((keep, init, kv), []), key=lambda t: t[0])
         if not rs: return None
         second = [r['second_text_ppl'] for _, r in rs if 'second_text_ppl' in r]
+        valid = [r['valid_ppl'] for _, r in rs if 'valid_ppl' in r]
         return dict(**_summ([r['ppl'] for _, r in rs]), seeds=[s for s, _ in rs], kept=[r['kept'] for _, r in rs],
-                    seconds=statistics.median([r['seconds'] for _, r in rs]), **(dict(second_text=_summ(second)) if second else {}))
+                    seconds=statistics.median([r['seconds'] for _, r in rs]), **(dict(second_text=_summ(second)) if second else {}),
+                    **(dict(valid=_summ(valid)) if valid else {}))
     drop_empty = lambda d: {k: v for k, v in d.items() if v is not None}
     out = dict(setup=setup, teacher_test_ppl=teacher_test_ppl, teacher_valid_ppl=teacher_valid_ppl,
                **(dict(teacher_second_text_ppl=teacher_second_text_ppl, second_text=SECOND_TEXT.name) if teacher_second_text_ppl else {}),
                grid=drop_empty({f'{p}|{i}': cell(p, i) for p in POLICIES for i in INITS}),
                retention=drop_empty({f'uniform:{f}|{i}': cell(f'uniform:{f}', i) for f in RETENTION for i in RETENTION_INITS}),
                gqa=drop_empty({kv: cell('uniform:0.25', 'taylor', kv) for kv in ('heads', 'rows_bug')}),
-               ablation=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ without {s}' for s in ABLATED))}))
+               ablation=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ without {s}' for s in ABLATED))}),
+               budget=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ with steps={n}' for n in STEP_CAPS))}))
     logs = {r['job']['init']: r['log'] for r in ledger.values() if r['job']['kind'] == 'recovery'}
     if logs:
         targets = {f'{m}x teacher': m * teacher_valid_ppl for m in TARGETS}
@@ -247,7 +273,8 @@ def run_workers(a, work, script):
 
 def main(a):
     torch.set_num_threads(a.threads); torch.set_flush_denormal(True)
-    if run_workers(a, work, __file__): return
+    if a.backfill_valid: backfill_valid(a)
+    elif run_workers(a, work, __file__): return
     out_dir = Path(a.out_dir)
     from taylor_calibrate.teacher import perplexity
     teacher, tok, test_ids, valid_ids = load(a)
@@ -282,11 +309,14 @@ if __name__ == '__main__':
     p.add_argument('--checkpoints', default=None, help='recovery: keep each run\'s calibrated student and distillation checkpoints '
                    'in this folder, one subfolder per run, so that a killed run resumes where it stopped')
     p.add_argument('--save-students', default=None, help='save each student (zero-shot, and recovered after distillation) in this folder, one subfolder per run')
+    p.add_argument('--backfill-valid', action='store_true', help='run nothing new: add the VALID perplexity to the ledger\'s zero-shot '
+                   'runs that lack it, from the students --save-students holds, then summarise')
     p.add_argument('--inits', default=None, help='run only these inits (comma list; default: all); the summary still reads every run in the ledger')
     p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/')
     a = p.parse_args()
     if a.out_dir is None: a.out_dir = str(ROOT/'bench'/'results'/('experiments' if a.teacher in (None, 'tiny-qwen2') else f'experiments_{a.teacher}'))
     if a.mini: a.seeds, a.eval_tokens, a.valid_tokens, a.recovery_tokens, a.seq_len, a.batch_size, a.selection_tokens = 1, 2048, 1024, 1024, 256, 2, 1024
+    if a.backfill_valid and not a.save_students: p.error('--backfill-valid reads the students of --save-students: name that folder')
     if a.micro_batch is not None and (a.micro_batch < 1 or a.batch_size % a.micro_batch):
         p.error(f'--micro-batch must divide --batch-size ({a.batch_size}), got {a.micro_batch}')
     main(a)

@@ -25,6 +25,7 @@ def test_experiments_mini(tmp_path):
     keys = [json.loads(l)['key'] for l in rows]
     assert len(keys) == len(set(keys)) == 12 + 1 + 6 + 4        # grid, gqa rows_bug, retention 50%/75%, recovery: each run once
     assert all(json.loads(l)['micro_batch'] == 1 for l in rows if '"recovery"' in l)
+    assert all(json.loads(l)['valid_ppl'] > 1 for l in rows if '"zero_shot"' in l)     # the split a recipe is chosen on
     # a second invocation finds every run in the ledger and only re-summarises
     r = run(tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -58,6 +59,19 @@ def test_the_ablation_turns_off_one_switch_of_taylor_plus_at_a_time():
         try: e.recipe_of(bad); raise AssertionError(bad)
         except ValueError as x: assert 'unknown init' in str(x)
     assert [j['init'] for j in e.jobs(['ablation'], 3)] == [f'taylor+ without {s}' for s in e.ABLATED]
+
+def test_a_step_cap_is_taylor_plus_with_only_its_steps_changed():
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import experiments as e
+    from dataclasses import asdict
+    from taylor_calibrate.core import get_recipe
+    full, capped = asdict(get_recipe('taylor+')), asdict(e.recipe_of('taylor+ with steps=1000'))
+    assert {k for k, v in capped.items() if v != full[k]} == {'name', 'steps'} and capped['steps'] == 1000
+    assert [j['init'] for j in e.jobs(['budget'], 3)] == [f'taylor+ with steps={n}' for n in e.STEP_CAPS]
+    assert e.recipe_id('taylor+ with steps=1000') != e.recipe_id('taylor+')
+    for bad in ('taylor with steps=1000', 'taylor+ with steps=0', 'taylor+ with steps=many'):
+        try: e.recipe_of(bad); raise AssertionError(bad)
+        except ValueError as x: assert 'unknown init' in str(x)
 
 def test_a_summary_leaves_running_workers_claims_alone(tmp_path):
     sys.path.insert(0, str(ROOT/'scripts'))
