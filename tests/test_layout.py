@@ -1,14 +1,14 @@
 """Module layout: one idea per module, layered from the bottom up (a module imports only modules on its own level or below),
 `taylor_calibrate.cache` and `taylor_calibrate.hybrid` load without plotting or conversion code, and every name of the
 conversion module's public surface is read from `taylor_calibrate.convert` as the very object of the module that defines it."""
-import ast, importlib, pickle, subprocess, sys
+import ast, importlib, pickle, re, subprocess, sys
 import pytest
 from conftest import ROOT
 
 # Bottom to top; a module on a level imports modules of its own level or of the levels below it only. Modules not named here
 # (core, distill, cli, ...) sit above them all. The vLLM plugin imports no other module of the package (it runs inside vLLM's
 # environment), so it sits at the bottom, and the export can ask it whether it serves a hybrid the export refuses.
-LEVELS = [('device', 'gdn', 'outputs', 'taylor', 'teacher', 'stats', 'vllm_plugin'), ('cache',), ('hybrid',), ('convert',), ('policies', 'export')]
+LEVELS = [('device', 'gdn', 'kda', 'outputs', 'taylor', 'teacher', 'stats', 'vllm_plugin'), ('cache',), ('hybrid',), ('convert',), ('policies', 'export')]
 LEVEL = {m: i for i, ms in enumerate(LEVELS) for m in ms}
 TOP = len(LEVELS)
 
@@ -61,6 +61,13 @@ def test_no_module_imports_a_module_above_it():
         wrong += [f'{p.stem} (level {level}) imports {m} (level {LEVEL.get(m, TOP)})' for m in sorted(package_imports(p))
                   if LEVEL.get(m, TOP) > level]
     assert not wrong, '\n'.join(wrong)
+
+def test_the_module_table_names_every_module():
+    "The docs' module table (index, and README built from it) names each module of the package with the notebook it is exported from."
+    table = (ROOT/'README.md').read_text().split('| notebook | what it explains | module |')[1].split('\n\n')[0]
+    named = set(re.findall(r'`(\w+)`', ' '.join(l.rsplit('|', 2)[-2] for l in table.splitlines() if l.startswith('|'))))
+    modules = {p.stem for p in (ROOT/'taylor_calibrate').glob('*.py') if not p.stem.startswith('_')}
+    assert modules <= named, sorted(modules - named)
 
 def test_the_import_parser(tmp_path):
     (tmp_path/'m.py').write_text("from .gdn import GatedDeltaNet\nfrom . import cache\nfrom taylor_calibrate import __version__\n"
