@@ -231,15 +231,19 @@ class GatedDeltaNet(nn.Module):
         k = l2norm(k.view(B, T, self.num_heads, self.head_k_dim).float()).to(v.dtype)
         return q, k, v.view(B, T, self.num_heads, self.head_v_dim), tails
 
+    def _rule(self, *args, **kwargs):
+        "The recurrence the layer runs: the gated delta rule (one decay per head)."
+        return gated_delta_rule(*args, **kwargs)
+
     def _core(self, x, mask, state, use_cache):
         "Per-head read-outs o [B,T,H,V] (zero at padding) and the new state."
         q, k, v, tails = self._qkv(x, mask, None if state is None else state.get('conv'))
         beta, g = self.gates(x)
-        if mask is not None:
-            m = mask[..., None].to(beta.dtype)
-            beta, g = beta * m, g * m
-        o, S = gated_delta_rule(q, k, v, g, beta, initial_state=None if state is None else state['recurrent'],
-                                output_final_state=use_cache, chunk_size=self.chunk_size)
+        if mask is not None:                                                    # padding neither writes nor decays
+            m = mask.to(beta.dtype)
+            beta, g = beta * m[..., None], g * m.view(*m.shape, *(1,) * (g.dim() - 2))
+        o, S = self._rule(q, k, v, g, beta, initial_state=None if state is None else state['recurrent'],
+                          output_final_state=use_cache, chunk_size=self.chunk_size)
         if mask is not None: o = o * mask[..., None, None].to(o.dtype)
         return o, ({'recurrent': S, 'conv': tails} if use_cache else None)
 
