@@ -213,15 +213,17 @@ def save_text_outputs(nb_path, flags=None):
 
 def page_name(nb_path): return Path(nb_path).stem + '.html'
 
+def is_stderr_or_widget(o) -> bool:
+    "An output the static site leaves out: stderr text (warnings, progress bars) or a widget view (live in Jupyter only, a repr here)."
+    return (o.get('output_type') == 'stream' and o.get('name') == 'stderr') or 'application/vnd.jupyter.widget-view+json' in o.get('data', {})
+
 def render(nb, title, nav, flags, pager='', api=None, page=''):
     "HTML for an executed notebook: hidden cells dropped, directives stripped, plotly made local; `pager` ends the page."
     from nbconvert import HTMLExporter
     nb = copy.deepcopy(nb)
     nb.metadata.pop('widgets', None)          # widget state would load the widget manager from a CDN
-    for c in nb.cells:                        # and so would widget views (progress bars): keep their text only
-        for o in c.get('outputs', []):
-            if 'application/vnd.jupyter.widget-view+json' in o.get('data', {}):
-                o['data'] = {k: v for k, v in o['data'].items() if k == 'text/plain'}
+    for c in nb.cells:                        # and so would widget views; stderr (warnings, progress bars) is not page content
+        if c.cell_type == 'code': c.outputs = [o for o in c.outputs if not is_stderr_or_widget(o)]
     nb.cells = [c for c in nb.cells if not is_hidden(c) and not (c.cell_type == 'code' and not strip_directives(c.source).strip())]
     maths = {}
     for c in nb.cells:

@@ -26,6 +26,8 @@ def site(tmp_path_factory):
         nbformat.v4.new_code_cell('from IPython.display import Markdown\nMarkdown("A docstring with $y_t$ in it")'),
         nbformat.v4.new_code_cell('def show_doc(name): return Markdown(f"DOC-{name}")'),
         nbformat.v4.new_code_cell('show_doc("first")\nshow_doc("second")'),
+        nbformat.v4.new_code_cell('import sys, warnings\nprint("STDOUT" + "-KEPT"); print("STDERR" + "-DROPPED", file=sys.stderr)\n'
+                                  'warnings.warn("WARNING" + "-DROPPED")\nfrom tqdm.auto import tqdm\nfor _ in tqdm(range(3), desc="PROGRESS" + "-DROPPED"): pass'),
         nbformat.v4.new_markdown_cell('## A section\n\nText.\n\n### A subsection'),
         nbformat.v4.new_markdown_cell('Inline $x^2$ and display $$\\sum_s v_s k_s^\\top$$ maths; `$not maths$` in code.')])
     nbformat.write(nb, nbs/'a_page.ipynb')
@@ -49,6 +51,8 @@ def test_pages_use_one_local_plotly(site):
     assert 'href="b_page.html"' in html and 'href="a_page.html"' in (out/'b_page.html').read_text()
     assert 'class="jp-InputPrompt' not in html and 'In&nbsp;[' not in html, 'no In/Out prompts'
     assert 'DOC-first' in html and 'DOC-second' in html, 'a cell of several show_doc calls shows each'
+    assert 'STDOUT-KEPT' in html and not re.search('STDERR-DROPPED|WARNING-DROPPED|PROGRESS-DROPPED|it/s', html), \
+        'printed text stays; stderr (warnings, progress bars) and widget views are left out'
     assert 'celltag_tc-fold' in html and 'FOLDED_SOURCE' in html, 'a folded cell keeps its source, marked for folding'
     toc = re.search(r'<nav class="tc-toc">.*?</nav>', html, re.S).group(0)
     assert 'href="#A-section"' in toc and 'class="tc-h3"' in toc, 'the table of contents lists the page headings'
@@ -134,6 +138,8 @@ def test_site_links_and_resources(real_site):
     for page in pages:
         html = page.read_text()
         assert not re.search(r'<script[^>]*src="https?:', html), f'{page.name} loads a script from the network'
+        assert not re.search(r'data-mime-type="application/vnd\.jupyter\.stderr"|\d+%\|[^|]*\| *\d+/\d+ \[', html), \
+            f'{page.name} shows stderr or a progress bar'
         assert 'TCMATH' not in html and 'mathjax' not in html.lower(), f'{page.name}: maths not rendered to MathML'
         for target, anchor in internal_links(html):
             dest = real_site/target if target else page
