@@ -4,6 +4,8 @@ with every initialisation. Calibration on TRAIN, evaluation on the whole TEST sp
     python scripts/gauge_sweep.py --workers 2           # the full sweep -> bench/results/gauge/
     python scripts/gauge_sweep.py --mini --out-dir /tmp/g   # a few steps of everything (checks the code path)
     python scripts/gauge_sweep.py --summarise-only      # rewrite gauge.json from the runs finished so far
+    python scripts/gauge_sweep.py --teacher smollm2-135m --eval-tokens 8192 --inits naive,zero_gate,phase1 --seeds 1
+                                                        # the cheap inits on the real teacher -> bench/results/gauge_smollm2-135m/
 
 Runs: k in {0.1, 0.3, 1, 3, 10, 30, 100} x inits {naive, zero_gate, phase1, phase2, taylor, taylor+} with `uniform:0.25`;
 `taylor+` both with and without its `gauge_fix` switch; at k = 10 (inside the range of context sizes logged for
@@ -69,12 +71,16 @@ def setup_of(a, test_ids):
 def load(a):
     from taylor_calibrate.teacher import load_teacher, corpus_token_ids
     teacher, tok = load_teacher(a.teacher)
-    return teacher, tok, corpus_token_ids(tok, 'test', 2048 if a.mini else None)
+    return teacher, tok, corpus_token_ids(tok, 'test', 2048 if a.mini else a.eval_tokens)
+
+def todo(a):
+    "The run list, cut to `--inits` when given."
+    return [j for j in jobs(a.seeds, a.ks) if a.inits is None or j['init'] in a.inits.split(',')]
 
 def work(a):
     teacher, tok, test_ids = load(a)
     setup, sid = setup_of(a, test_ids)
-    for j in jobs(a.seeds, a.ks):
+    for j in todo(a):
         key = job_key(j)
         if key in read_ledger(a.out_dir, sid) or not claim(a.out_dir, key): continue
         t0 = time.time()
@@ -110,7 +116,7 @@ def main(a):
     teacher, tok, test_ids = load(a)
     setup, sid = setup_of(a, test_ids)
     ledger = read_ledger(out_dir, sid)
-    missing = [job_key(j) for j in jobs(a.seeds, a.ks) if job_key(j) not in ledger]
+    missing = [job_key(j) for j in todo(a) if job_key(j) not in ledger]
     res = summarise(ledger, dict(setup, seeds=a.seeds, runs_done=len(ledger), runs_missing=missing), perplexity(teacher, test_ids, progress=False))
     (out_dir/'gauge.json').write_text(json.dumps(res, indent=1, default=float)); print('wrote', out_dir/'gauge.json')
     return res
@@ -125,8 +131,11 @@ if __name__ == '__main__':
     p.add_argument('--workers', type=int, default=1, help='processes sharing the run list')
     p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument('--summarise-only', action='store_true', help='run nothing: summarise the runs already in the ledger')
-    p.add_argument('--out-dir', default=str(ROOT/'bench'/'results'/'gauge'))
+    p.add_argument('--inits', default=None, help='run only these inits (comma list; default: all)')
+    p.add_argument('--eval-tokens', type=int, default=None, help='test tokens per evaluation (default: the whole test split)')
+    p.add_argument('--out-dir', default=None, help='default: bench/results/gauge/ (default teacher) or bench/results/gauge_<teacher>/')
     a = p.parse_args()
     a.ks = tuple(a.ks)
+    if a.out_dir is None: a.out_dir = str(ROOT/'bench'/'results'/('gauge' if a.teacher in (None, 'tiny-qwen2') else f'gauge_{a.teacher}'))
     if a.mini: a.seeds = 1
     main(a)

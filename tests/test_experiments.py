@@ -82,3 +82,12 @@ def test_a_summary_leaves_running_workers_claims_alone(tmp_path):
     def work(a): raise AssertionError('a summary runs nothing')
     assert e.run_workers(a, work, 'experiments.py') is False
     assert (tmp_path/'.claims'/'running').exists()
+
+def test_a_gauge_sweep_runs_only_the_inits_it_is_given(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT/'scripts'/'gauge_sweep.py'), '--mini', '--threads', '2', '--inits', 'naive', '--ks', '1', '10',
+                        '--out-dir', str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = [json.loads(l)['job'] for l in (tmp_path/'runs.jsonl').read_text().splitlines()]
+    assert {j['init'] for j in jobs} == {'naive'} and {j['k'] for j in jobs} == {1.0, 10.0}
+    res = json.loads((tmp_path/'gauge.json').read_text())
+    assert res['setup']['runs_missing'] == [] and set(res['runs']['uniform:0.25']) == {'naive'}
