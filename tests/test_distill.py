@@ -303,6 +303,8 @@ from test_distill import tiny, perturbed, run, TOKENS_PER_STEP
 from taylor_calibrate.distill import read_checkpoint
 from safetensors.torch import save_model
 from accelerate import PartialState
+def say(*parts):   # one write of a whole line: the two ranks share stdout, and print's pieces could interleave
+    sys.stdout.write(' '.join(map(str, parts)) + chr(10)); sys.stdout.flush()
 teacher = tiny(0).eval()
 data = torch.randint(0, 64, (40, 16), generator=torch.Generator().manual_seed(0))
 out, ck = sys.argv[1], sys.argv[2]
@@ -310,10 +312,10 @@ run(perturbed(teacher), teacher, data, 2, batch_size=2, checkpoint_dir=ck)      
 main = PartialState().is_main_process   # after distill's Accelerator: a bare PartialState() would not read ACCELERATE_USE_CPU
 student = perturbed(teacher)
 log = run(student, teacher, data, 5, batch_size=2, checkpoint_dir=ck)              # ... and resume to 5
-if main: save_model(student, out + '/ddp.safetensors'); print('processes', log.config['num_processes'], 'tokens', log.tokens_seen)
+if main: save_model(student, out + '/ddp.safetensors'); say('processes', log.config['num_processes'], 'tokens', log.tokens_seen)
 accum = perturbed(teacher)
 log = run(accum, teacher, data, 5, batch_size=1, grad_accum=2)                     # 1 window x 2 processes x 2 micro-batches
-if main: save_model(accum, out + '/accum.safetensors'); print('accum tokens', log.tokens_seen)
+if main: save_model(accum, out + '/accum.safetensors'); say('accum tokens', log.tokens_seen)
 kw = dict(batch_size=1, grad_accum=2, schedule='linear', warmup_tokens=2 * TOKENS_PER_STEP, checkpoint_every_tokens=3 * TOKENS_PER_STEP)
 straight = perturbed(teacher, attention_dropout=0.2)                               # dropout: every process's generator must come back
 log_straight = run(straight, teacher, data, 6, **kw)
@@ -325,12 +327,12 @@ def boom(mod, args):
 crashing = perturbed(teacher, attention_dropout=0.2)
 crashing.register_forward_pre_hook(boom)
 try: run(crashing, teacher, data, 6, checkpoint_dir=ck + '-crash', **kw)
-except RuntimeError as e: print('rank', PartialState().process_index, e, 'after step', read_checkpoint(ck + '-crash/ckpt')['state']['step'])
+except RuntimeError as e: say('rank', PartialState().process_index, e, 'after step', read_checkpoint(ck + '-crash/ckpt')['state']['step'])
 resumed = perturbed(teacher, attention_dropout=0.2)
 log_resumed = run(resumed, teacher, data, 6, checkpoint_dir=ck + '-crash', **kw)
 same = all(torch.equal(a, b) for a, b in zip(straight.parameters(), resumed.parameters()))
 same_log = all(getattr(log_resumed, f) == getattr(log_straight, f) for f in ('lr', 'train_kl', 'grad_norm', 'tokens_seen'))
-print('rank', PartialState().process_index, 'resumed bitwise', same, same_log)
+say('rank', PartialState().process_index, 'resumed bitwise', same, same_log)
 '''
 
 DDP_CKPT_FILES = ['log.json', 'model.safetensors', 'optimizer.bin', 'random_states_0.pkl', 'random_states_1.pkl', 'scheduler.bin', 'state.json']
