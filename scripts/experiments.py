@@ -5,6 +5,7 @@ recovery distillation, and the GQA-copy ablation. Calibration on TRAIN, layer se
     python scripts/experiments.py --workers 2                      # the full run -> bench/results/experiments/
     python scripts/experiments.py --parts grid,gqa --seeds 1       # a subset
     python scripts/experiments.py --teacher tiny-qwen3 --workers 2 # the same on the Qwen3 teacher -> bench/results/experiments_tiny-qwen3/
+    python scripts/experiments.py --mixer kda --parts uniform      # KDA layers instead of GDN, the uniform row -> bench/results/experiments_kda/
 
 Every finished run is appended as one JSON line to `<out-dir>/runs.jsonl` (the ledger); a run already in the
 ledger is never repeated, so an interrupted script resumes where it stopped, and runs shared by two parts
@@ -12,7 +13,8 @@ ledger is never repeated, so an interrupted script resumes where it stopped, and
 `--workers N` starts N processes that take runs from one list (claimed through files, so no run is done
 twice) and split the CPU between them. At the end the ledger is summarised into `<out-dir>/experiments.json`,
 which the results notebook reads. Recovery budget: `--recovery-tokens` per init (the same for every init);
-validation perplexity on VALID. `--parts ablation` (not run by default) turns each of taylor+'s switches off in turn,
+validation perplexity on VALID. `--parts uniform` is the grid's uniform row alone (every seed), the part run for
+each mixer (`--mixer`). `--parts ablation` (not run by default) turns each of taylor+'s switches off in turn,
 at 25% kept, uniform policy, seed 0; `--parts budget` (not run by default) runs taylor+ with a larger cap on Phase 2's
 steps (its early stopping on held-out calibration tokens decides where it stops). Every zero-shot run also records
 its VALID perplexity, on which a recipe is chosen; TEST is only reported.
@@ -41,7 +43,8 @@ def jobs(parts, seeds, mini=False):
     the retention sweep and the retrieval row; the uniform row's other seeds; recovery; the taylor+ ablation (seed 0); seed 0 of GA-S2 (its selection calibrates one probe
     per layer); the other seeds of everything else."""
     policies = POLICIES[:2] if mini else POLICIES
-    row = lambda p, s: [zero_shot_job(p, i, s) for i in INITS] if 'grid' in parts and p in policies else []
+    row = lambda p, s: ([zero_shot_job(p, i, s) for i in INITS] if ('grid' in parts and p in policies) or ('uniform' in parts and p == 'uniform:0.25')
+                        else [])
     gqa = lambda s: [zero_shot_job('uniform:0.25', 'taylor', s, kv) for kv in ('heads', 'rows_bug')] if 'gqa' in parts else []
     retention = lambda s: [zero_shot_job(f'uniform:{f}', i, s) for f in RETENTION for i in RETENTION_INITS] if 'retention' in parts else []
     later = range(1, seeds)
@@ -120,7 +123,7 @@ def run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept=None):
     from taylor_calibrate.core import calibrate
     from taylor_calibrate.teacher import perplexity
     student = calibrate(teacher, 'train', keep=kept or job['keep'], init=recipe_of(job['init']), tokenizer=tok, seed=job['seed'], progress=False,
-                        selection_data=valid_ids[:a.selection_tokens], gdn_options=dict(kv_copy=job['kv_copy']), **budget(a))
+                        selection_data=valid_ids[:a.selection_tokens], gdn_options=dict(kv_copy=job['kv_copy']), mixer=a.mixer, **budget(a))
     rep = student.calibration_report
     if a.save_students:            # kept for the long-context probes (scripts/long_context.py), named by the run's key
         from taylor_calibrate.convert import save_hybrid
@@ -144,7 +147,8 @@ def run_recovery(job, teacher, tok, valid_ids, a):
     if ckpt is not None and (ckpt/'calibrated').is_dir():        # written atomically: present means complete
         student = load_hybrid(ckpt/'calibrated')
     else:
-        student = calibrate(teacher, 'train', keep=job['keep'], init=recipe_of(job['init']), tokenizer=tok, seed=job['seed'], progress=False, **budget(a))
+        student = calibrate(teacher, 'train', keep=job['keep'], init=recipe_of(job['init']), tokenizer=tok, seed=job['seed'], progress=False,
+                            mixer=a.mixer, **budget(a))
         if ckpt is not None: save_hybrid(student, ckpt/'calibrated', tok)
     micro = a.micro_batch or a.batch_size           # windows per forward; a step still takes --batch-size windows
     log = distill(student, teacher, recovery_windows(tok, a), tokens=a.recovery_tokens, seq_len=a.seq_len, batch_size=micro,
@@ -169,7 +173,8 @@ def backfill_valid(a):
 
 def setup_of(a, test_ids, valid_ids):
     teacher = {} if a.teacher is None else dict(teacher=a.teacher)     # the default teacher's ledger has no such key
-    s = dict(**teacher, eval_split='test', eval_tokens=test_ids.numel(), selection_split='valid', calib_split='train', valid_tokens=valid_ids.numel(),
+    mixer = {} if a.mixer == 'gdn' else dict(mixer=a.mixer)            # nor have GDN ledgers a mixer key
+    s = dict(**teacher, **mixer, eval_split='test', eval_tokens=test_ids.numel(), selection_split='valid', calib_split='train', valid_tokens=valid_ids.numel(),
              mini=a.mini, budget=budget(a), recovery_tokens=a.recovery_tokens, seq_len=a.seq_len, batch_size=a.batch_size,
              torch=torch.__version__)
     return s, hashlib.sha1(json.dumps(s, sort_keys=True).encode()).hexdigest()[:12]
@@ -312,9 +317,13 @@ if __name__ == '__main__':
     p.add_argument('--backfill-valid', action='store_true', help='run nothing new: add the VALID perplexity to the ledger\'s zero-shot '
                    'runs that lack it, from the students --save-students holds, then summarise')
     p.add_argument('--inits', default=None, help='run only these inits (comma list; default: all); the summary still reads every run in the ledger')
-    p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/')
+    p.add_argument('--mixer', default='gdn', choices=('gdn', 'kda'), help="the converted layers' mixer (default gdn)")
+    p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/, '
+                   'with _<mixer> appended for a mixer other than gdn')
     a = p.parse_args()
-    if a.out_dir is None: a.out_dir = str(ROOT/'bench'/'results'/('experiments' if a.teacher in (None, 'tiny-qwen2') else f'experiments_{a.teacher}'))
+    if a.out_dir is None:
+        name = '_'.join(['experiments', *([] if a.teacher in (None, 'tiny-qwen2') else [a.teacher]), *([] if a.mixer == 'gdn' else [a.mixer])])
+        a.out_dir = str(ROOT/'bench'/'results'/name)
     if a.mini: a.seeds, a.eval_tokens, a.valid_tokens, a.recovery_tokens, a.seq_len, a.batch_size, a.selection_tokens = 1, 2048, 1024, 1024, 256, 2, 1024
     if a.backfill_valid and not a.save_students: p.error('--backfill-valid reads the students of --save-students: name that folder')
     if a.micro_batch is not None and (a.micro_batch < 1 or a.batch_size % a.micro_batch):

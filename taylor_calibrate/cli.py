@@ -41,6 +41,7 @@ def compute_dtype(name: str, device=None):
 _LAYOUTS = ('qwen3_5', 'qwen3_5_moe')
 _POLICIES = ('uniform', 'ar', 'ga-s2', 'retrieval')
 _INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
+_MIXERS = ('gdn', 'kda')   # hybrid.MIXERS' names (not imported: --help stays light)
 _SCHEDULES = ('constant', 'constant_with_warmup', 'linear', 'cosine', 'inverse_sqrt')
 _SHIPPED = ('tiny-qwen2', 'tiny-qwen3')   # the first is the default
 _REGISTRY = ('smollm2-135m',)
@@ -97,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser('demo', help='calibrate a shipped or registry teacher four ways and report test perplexities')
     _add_out(d, 'the best student and the report', default='taylor-calibrate-demo')
     d.add_argument('--keep', default='uniform:0.25', help='layers kept as attention: a policy or a comma list (default: %(default)s)')
+    d.add_argument('--mixer', default='gdn', choices=_MIXERS, help='the converted layers: gdn (Gated DeltaNet) or kda (Kimi Delta '
+                   'Attention, one decay per key channel) (default: %(default)s)')
     d.add_argument('--inits', default='naive,zero_gate,taylor,taylor+', help='inits to compare (default: %(default)s)')
     d.add_argument('--eval-tokens', type=int, default=32768, help="first tokens of the shipped corpus's test split to evaluate on; "
                    '0 for the whole split, as perplexity(model, tokenizer, "test") takes it in Python (default: %(default)s)')
@@ -122,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser('convert', help='convert and calibrate any teacher: a named one, a .gguf file, a local directory or a hub name')
     c.add_argument('--teacher', required=True, help=_teachers('a local directory', 'a hub name of a causal LM'))
     c.add_argument('--keep', default='uniform:0.25', help='policy (uniform:F, ar:F, ga-s2:F, retrieval:F) or comma list of layer indices')
+    c.add_argument('--mixer', default='gdn', choices=_MIXERS, help='the converted layers: gdn (Gated DeltaNet) or kda (Kimi Delta '
+                   'Attention, one decay per key channel) (default: %(default)s)')
     c.add_argument('--init', default='taylor+', help=f'{", ".join(_INITS)} (default: %(default)s)')
     c.add_argument('--data', default='train', help=f'calibration data: {_DATA} (default: %(default)s)')
     _add_out(c, 'the hybrid', required=True)
@@ -336,7 +341,7 @@ def run_demo(args) -> int:
     teacher, tok = load_teacher(name, dtype=parse_dtype(args.dtype))
     test_ids = corpus_token_ids(tok, 'test', args.eval_tokens or None)
     print(f'teacher: {name or _SHIPPED[0]} ({_teacher_origin(name)}; {teacher.config.model_type}, {teacher.config.num_hidden_layers} '
-          f'layers); keep {args.keep}; evaluating on {test_ids.numel():,} test tokens', flush=True)
+          f'layers); keep {args.keep}{"; KDA layers" if args.mixer == "kda" else ""}; evaluating on {test_ids.numel():,} test tokens', flush=True)
     print(threads, flush=True)
     table = {'teacher': perplexity(teacher, test_ids, progress=False)}
     print(f'  {"teacher":10} test perplexity {table["teacher"]:10.2f}', flush=True)
@@ -344,13 +349,13 @@ def run_demo(args) -> int:
     for init in inits:
         t1 = time.time()
         student = calibrate(teacher, 'train', keep=keep, init=init, tokenizer=tok, seed=args.seed,
-                            calib_tokens=args.calib_tokens, steps=args.steps)
+                            calib_tokens=args.calib_tokens, steps=args.steps, mixer=args.mixer)
         table[init] = perplexity(student, test_ids, progress=False)
         reports.append(student.calibration_report)
         print(f'  {init:10} test perplexity {table[init]:10.2f}   ({time.time()-t1:.0f}s)', flush=True)
         if best is None or table[init] < table[best[0]]: best = (init, student)
     print(f'best: {best[0]}; writing {args.out}/ (model/, report.html, reports.json, perplexity.json, run.json)', flush=True)
-    run = dict(command='demo', teacher=name or _SHIPPED[0], keep=args.keep, inits=inits, seed=args.seed, dtype=args.dtype,
+    run = dict(command='demo', teacher=name or _SHIPPED[0], keep=args.keep, mixer=args.mixer, inits=inits, seed=args.seed, dtype=args.dtype,
                eval_split='test', eval_tokens=test_ids.numel(), threads=args.threads_used, best=best[0])
     _write_out(args, lambda t: _save_run(t, best[1], tok, reports, table, run))
     print(f'done in {time.time()-t0:.0f}s', flush=True)
@@ -403,10 +408,10 @@ def run_convert(args) -> int:
     data = load_data_spec(args.data)
     teacher, tok = load_teacher(args.teacher, dtype=compute_dtype(args.dtype, args.device), device=args.device or 'cpu')
     student = calibrate(teacher, data, keep=keep, init=args.init, tokenizer=tok, seq_len=args.seq_len,
-                        calib_tokens=args.calib_tokens, steps=args.steps, seed=args.seed, device=args.device)
+                        calib_tokens=args.calib_tokens, steps=args.steps, seed=args.seed, device=args.device, mixer=args.mixer)
     rep = student.calibration_report
     print(rep.layers_frame().to_string(index=False), flush=True)
-    run = dict(command='convert', teacher=args.teacher, keep=args.keep, init=args.init, data=args.data, seed=args.seed,
+    run = dict(command='convert', teacher=args.teacher, keep=args.keep, mixer=args.mixer, init=args.init, data=args.data, seed=args.seed,
                dtype=args.dtype, threads=args.threads_used)
     table = None
     if not args.no_eval:   # the shipped corpus's test split, which calibration never reads (calibrate refuses it as data)

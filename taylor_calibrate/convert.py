@@ -13,7 +13,7 @@ import copy, importlib, inspect, logging, math, numbers
 from contextlib import contextmanager
 import torch, torch.nn as nn
 from .gdn import GatedDeltaNet
-from .hybrid import SUPPORTED_MODEL_TYPES, decoder_layers, GDNAttention, hybrid_classes, _install_padding_hooks
+from .hybrid import SUPPORTED_MODEL_TYPES, decoder_layers, GDNAttention, hybrid_classes, _install_padding_hooks, mixer_class
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ _HOMES = {
                '_capture_padding_mask', '_release_padding_mask', '_install_padding_hooks', 'HYBRID_PREFIX', 'REPORT_FILE',
                '_HUB_KWARGS', '_HYBRID_CLASSES', 'hybrid_model_type', 'teacher_model_type', 'check_converted_layers',
                '_install_gdn_layers', 'write_calibration_report', 'read_calibration_report', 'HybridMixin',
-               'register_hybrid_types', 'hybrid_classes', 'save_hybrid', 'load_hybrid'),
+               'register_hybrid_types', 'hybrid_classes', 'save_hybrid', 'load_hybrid', 'MIXERS', 'mixer_class'),
     'policies': ('_zero_attention_output', 'ar_scores', 'ga_s2_scores', '_validation_ids', '_rank_key', 'select_layers',
                  'plot_layer_scores'),
     'export': ('EXPORT_LAYOUTS', '_mlp_kind', '_spec_of', 'export_blockers', 'attention_interval', '_native_config',
@@ -123,11 +123,12 @@ def attention_geometry(attn: nn.Module) -> tuple[int, int, int]:
         raise ValueError(f'inconsistent attention shapes: q {attn.q_proj.out_features}, k {attn.k_proj.out_features}, head_dim {d}')
     return H, Hkv, d
 
-def gdn_options_for(attn: nn.Module, **overrides) -> dict:
-    "GatedDeltaNet keyword arguments (without layer_idx) replacing `attn`: the teacher's shape, the paper's defaults, then `overrides`."
-    accepted = set(inspect.signature(GatedDeltaNet).parameters) - {'layer_idx', 'self'}
+def gdn_options_for(attn: nn.Module, mixer: str = 'gdn', **overrides) -> dict:
+    "Keyword arguments (without layer_idx) of the `mixer` layer ('gdn' or 'kda') replacing `attn`: the teacher's shape, the paper's defaults, then `overrides`."
+    cls = mixer_class(mixer)
+    accepted = set(inspect.signature(cls).parameters) - {'layer_idx', 'self'}
     if unknown := set(overrides) - accepted:
-        raise ValueError(f'unknown GatedDeltaNet option(s) {sorted(unknown)}; accepted: {", ".join(sorted(accepted))}')
+        raise ValueError(f'unknown {cls.__name__} option(s) {sorted(unknown)}; accepted: {", ".join(sorted(accepted))}')
     H, _, d = attention_geometry(attn)
     shape = dict(hidden_size=attn.q_proj.in_features, num_heads=H, head_dim=d, expand_v=1.0,
                  qkv_bias=any(getattr(attn, p).bias is not None for p in ('q_proj', 'k_proj', 'v_proj')))
@@ -135,7 +136,7 @@ def gdn_options_for(attn: nn.Module, **overrides) -> dict:
         if k in overrides and overrides[k] != shape[k]:
             raise ValueError(f'{k}={overrides[k]!r} contradicts the teacher ({k}={shape[k]!r}): the weight copy maps each teacher '
                              'query head to one GDN head of the same size, so shape options come from the teacher')
-    return {**PAPER_GDN_OPTIONS, **shape, **overrides}
+    return {**{k: v for k, v in PAPER_GDN_OPTIONS.items() if k in accepted}, **shape, **overrides}
 
 @torch.no_grad()
 def copy_attention_into_gdn(attn: nn.Module, gdn: GatedDeltaNet, kv_copy: str = 'heads') -> GatedDeltaNet:
@@ -200,9 +201,10 @@ def resolve_keep(keep, num_layers: int) -> list[int]:
     return sorted(idx)
 
 # %% ../nbs/04_convert.ipynb #8bbfe008
-def hybrid_spec(converted_layers, gdn_options: dict, kv_copy: str = 'heads') -> dict:
-    "The `config.taylor_calibrate` section of a hybrid: converted layers, GatedDeltaNet options, how K/V were copied."
-    return dict(format=1, converted_layers=sorted(int(i) for i in converted_layers), gdn_options=dict(gdn_options), kv_copy=kv_copy)
+def hybrid_spec(converted_layers, gdn_options: dict, kv_copy: str = 'heads', mixer: str = 'gdn') -> dict:
+    "The `config.taylor_calibrate` section of a hybrid: converted layers, their mixer and its options, how K/V were copied."
+    return dict(format=1, converted_layers=sorted(int(i) for i in converted_layers), mixer=mixer, gdn_options=dict(gdn_options),
+                kv_copy=kv_copy)
 
 @contextmanager
 def _seeded(seed, layer_idx):
@@ -210,8 +212,8 @@ def _seeded(seed, layer_idx):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed * 1_000_003 + layer_idx); yield
 
-def _gdn_for(attn, layer_idx, options, seed):
-    with _seeded(seed, layer_idx): gdn = GatedDeltaNet(**options, layer_idx=layer_idx)
+def _gdn_for(attn, layer_idx, options, seed, mixer='gdn'):
+    with _seeded(seed, layer_idx): gdn = mixer_class(mixer)(**options, layer_idx=layer_idx)
     w = attn.q_proj.weight
     return gdn.to(device=w.device, dtype=w.dtype)
 
@@ -223,28 +225,28 @@ def copy_module(model: nn.Module, tensor, requires_grad: bool | None = None) -> 
     for b in model.buffers(): memo[id(b)] = tensor(b)
     return copy.deepcopy(model, memo)
 
-def to_hybrid(teacher, keep, kv_copy: str = 'heads', seed: int | None = 0, share_weights: bool = False, **gdn_options):
-    "A new hybrid (of the teacher's hybrid class): layers in `keep` stay softmax attention, the others become weight-copied GatedDeltaNets."
+def to_hybrid(teacher, keep, kv_copy: str = 'heads', seed: int | None = 0, share_weights: bool = False, mixer: str = 'gdn', **gdn_options):
+    "A new hybrid (of the teacher's hybrid class): layers in `keep` stay softmax attention, the others become weight-copied `mixer` layers (GDN or KDA)."
     check_teacher(teacher)
     if kv_copy not in KV_COPIES: raise ValueError(f'unknown kv_copy {kv_copy!r}; accepted: {", ".join(KV_COPIES)}')
     layers = decoder_layers(teacher)
     kept = resolve_keep(keep, len(layers))
     converted = [i for i in range(len(layers)) if i not in kept]
-    options = gdn_options_for(layers[0].self_attn, **gdn_options)
+    options = gdn_options_for(layers[0].self_attn, mixer, **gdn_options)
     for i in converted:
-        if (o := gdn_options_for(layers[i].self_attn, **gdn_options)) != options:
+        if (o := gdn_options_for(layers[i].self_attn, mixer, **gdn_options)) != options:
             raise ValueError(f'layer {i} has a different attention shape ({o}) than layer 0 ({options}); heterogeneous layers are not supported')
     # shared: new (frozen) parameter objects over the teacher's storage, so `.to()` or `.half()` on the hybrid leaves the teacher alone
     hybrid = copy_module(teacher, lambda t: t, requires_grad=False) if share_weights else copy.deepcopy(teacher)
     for i in converted:
         layer = decoder_layers(hybrid)[i]
-        gdn = copy_attention_into_gdn(layer.self_attn, _gdn_for(layer.self_attn, i, options, seed), kv_copy)
+        gdn = copy_attention_into_gdn(layer.self_attn, _gdn_for(layer.self_attn, i, options, seed, mixer), kv_copy)
         layer.self_attn = GDNAttention(gdn, i)
     if share_weights:
         hybrid._shared_with_teacher = {n for n, p in hybrid.named_parameters(remove_duplicate=False) if not p.requires_grad}
     cfg_cls, model_cls = hybrid_classes(teacher.config.model_type)
     hybrid.config.__class__, hybrid.__class__ = cfg_cls, model_cls   # subclasses that add no state: the copy becomes the hybrid type
-    hybrid.config.taylor_calibrate = hybrid_spec(converted, options, kv_copy)
+    hybrid.config.taylor_calibrate = hybrid_spec(converted, options, kv_copy, mixer)
     hybrid.config.architectures = [model_cls.__name__]
     _install_padding_hooks(hybrid)
     return hybrid.train(teacher.training)

@@ -23,10 +23,11 @@ from tqdm.auto import tqdm
 from .device import default_device
 from .taylor import ols_scale, ols_sums, ols_from_sums, softplus_inv, _as_float
 from .gdn import GatedDeltaNet, release_kernel_buffers, kernel_buffers_at_most
+from .kda import KimiDeltaAttention
 from .teacher import corpus_token_ids, SPLITS
 from .stats import attention_stats
 from .convert import to_hybrid, check_teacher, attention_geometry, repeat_kv_heads, copy_module, unshare_weights, gdn_modules
-from .hybrid import decoder_layers
+from .hybrid import decoder_layers, mixer_class
 from .policies import select_layers
 from . import windows as _memory
 from .windows import (windows_at_once, valid_by_windows, ols_by_windows, mean_by_windows, mse_backward,
@@ -74,7 +75,7 @@ def _bisect(f, target, lo=-30., hi=30., iters=60):
 
 @torch.no_grad()
 def realised_half_life(gdn: GatedDeltaNet, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    "Per-head half-life in tokens, ln 2 / mean(-g_t), of a GDN layer's decay over the real tokens of x."
+    "Per-head half-life in tokens, ln 2 / mean(-g_t), of a GDN layer's decay over the real tokens of x ([H, d], per key channel, for KDA)."
     _, g = gdn.gates(x)
     return math.log(2) / (-_valid(g, mask)).mean(0).clamp_min(1e-12)
 
@@ -146,11 +147,9 @@ def _head_rows(t, H):
 
 @torch.no_grad()
 def gated_head_outputs(gdn: GatedDeltaNet, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    "What each GDN head emits into o_proj, [n, T, H, d]: RMSNorm(o) times o_norm.weight times silu(g_proj x) (or no gate)."
+    "What each GDN head emits into o_proj, [n, T, H, d]: RMSNorm(o) times o_norm.weight times the output gate (silu(g_proj x) for GDN), or no gate."
     o = gdn.head_outputs(x, mask).float()
-    u = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + gdn.o_norm.eps) * gdn.o_norm.weight.float()
-    if gdn.use_gate: u = u * F.silu(_head_rows(gdn.g_proj(x).float(), o.shape[-2]))
-    return u
+    return gdn.o_norm(o, _head_rows(gdn.g_proj(x).float(), o.shape[-2]) if gdn.use_gate else None).float()
 
 @torch.no_grad()
 def set_value_scale(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, acting: bool = False) -> torch.Tensor:
@@ -248,6 +247,9 @@ def _gauge_gdn(gdn: GatedDeltaNet, k: torch.Tensor):
 # %% ../nbs/05_calibrate.ipynb #92411769
 def phase1(gdn: GatedDeltaNet, head_stats: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor, recipe) -> dict:
     "Run Phase 1 on one GDN layer from its teacher head statistics and calibration I/O, with the constants of `recipe` (a `Recipe`); returns the per-head targets."
+    if isinstance(gdn, KimiDeltaAttention):                                     # a decay per key channel and a constant gate: 12_kda_calibrate
+        from taylor_calibrate.kda_calibrate import kda_phase1
+        return kda_phase1(gdn, head_stats, x, context, mask, recipe)
     c = concentration(head_stats['entropy'], head_stats['rel_entropy'], recipe.concentration)
     beta = beta_star(c, recipe.beta_lo, recipe.beta_span)
     set_decay(gdn, head_stats['mean_distance'], x, mask, exact=recipe.exact_decay)
@@ -613,11 +615,13 @@ def _check_vocab(teacher, tokenizer, windows=None):
 
 def _head_rows_report(l, st, targets, gdn, x, mask):
     beta, hl = realised_beta(gdn, x, mask), realised_half_life(gdn, x, mask)
+    H = gdn.num_heads
+    hl, dt_bias = hl.view(H, -1).median(-1).values, gdn.dt_bias.detach().view(H, -1).median(-1).values   # KDA: each head's median channel
     rows = []
     for h in range(gdn.num_heads):
         r = dict(layer=l, head=h, mean_distance=float(st['mean_distance'][h]), entropy=float(st['entropy'][h]),
                  rel_entropy=float(st['rel_entropy'][h]), beta=float(beta[h]), half_life=float(hl[h]),
-                 dt_bias=float(gdn.dt_bias[h].detach()), A_log=float(gdn.A_log[h].detach()))
+                 dt_bias=float(dt_bias[h]), A_log=float(gdn.A_log[h].detach()))
         if targets: r.update(concentration=float(targets['concentration'][h]), beta_star=float(targets['beta_star'][h]),
                              sigma=float(targets['sigma'][h]), alpha=float(targets['alpha']))
         else: r.update(concentration=math.nan, beta_star=math.nan, sigma=math.nan, alpha=math.nan)
@@ -626,8 +630,9 @@ def _head_rows_report(l, st, targets, gdn, x, mask):
 
 def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None, seq_len: int = 512,
               calib_tokens: int | None = None, heldout_tokens: int | None = None, steps: int | None = None,
-              selection_data='valid', seed: int = 0, device=None, progress: bool = True, gdn_options: dict | None = None):
-    "Convert `teacher` to a GDN hybrid keeping `keep` as attention, initialised by `init`; returns it with `.calibration_report`."
+              selection_data='valid', seed: int = 0, device=None, progress: bool = True, gdn_options: dict | None = None,
+              mixer: str = 'gdn'):
+    "Convert `teacher` to a hybrid keeping `keep` as attention and `mixer` layers ('gdn' or 'kda') elsewhere, initialised by `init`; returns it with `.calibration_report`."
     t_start = time.time()
     recipe = get_recipe(init)
     over = {k: v for k, v in dict(calib_tokens=calib_tokens, heldout_tokens=heldout_tokens, steps=steps).items() if v is not None}
@@ -635,6 +640,7 @@ def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None,
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f'{k}={v!r}: a budget must be a positive integer' + ("; for no Phase 2 at all use init='phase1'" if k == 'steps' else ''))
     recipe = replace(recipe, **over)
+    mixer_class(mixer)                                   # an unknown mixer fails here, before any compute
     if recipe.zero_gate and not (gdn_options or {}).get('use_gate', True):
         raise ValueError(f"init {recipe.name!r} zeroes the GDN output gate, and gdn_options use_gate=False makes layers without one: "
                          "that is init='naive'")
@@ -651,7 +657,7 @@ def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None,
         probe = lambda hybrid, tch: _calibrate_converted(hybrid, tch, _probe_windows(data, tokenizer, seq_len), probe_recipe,
                                                         seed, False)[0]
         kept, scores = select_layers(source, keep, tokenizer=tokenizer, data=selection_data, init=probe, seq_len=seq_len,
-                                     progress=progress, **(gdn_options or {}))
+                                     progress=progress, mixer=mixer, **(gdn_options or {}))
         selection = dict(policy=keep, scores={int(k): float(v) for k, v in scores.items()})
     else: kept = keep
     timings['select_s'] = time.time() - t0
@@ -664,7 +670,7 @@ def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None,
                          f'{recipe.heldout_tokens} held-out tokens) but the data gives {len(windows)}; pass more data or smaller '
                          'calib_tokens/heldout_tokens')
     t0 = time.time()
-    hybrid = to_hybrid(source, kept, seed=seed, share_weights=True, **(gdn_options or {}))
+    hybrid = to_hybrid(source, kept, seed=seed, share_weights=True, mixer=mixer, **(gdn_options or {}))
     timings['convert_s'] = time.time() - t0
     hybrid, rep = _calibrate_converted(hybrid, source, (windows[:n_cal], windows[n_cal:n_cal + n_held]), recipe, seed, progress)
     if source is not teacher: unshare_weights(hybrid)   # the private copy is dropped: nothing is shared any more
@@ -725,12 +731,14 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress):
     hybrid.to(device)
     rep.timings['statistics_s'] = rep.timings['phase1_s'] = rep.timings['phase2_s'] = 0.
     with kernel_buffers_at_most(_memory.BATCH_BYTES):   # the CPU kernel's reusable scratch: a batch's worth, none kept afterwards
-        layers = layer_captures(teacher, cal, held, conv, rep.timings, progress)
+        pair_lags = any(isinstance(g, KimiDeltaAttention) for g in gdns.values())   # KDA's decay needs a distance per rotary pair
+        layers = layer_captures(teacher, cal, held, conv, rep.timings, progress, pair_lags=pair_lags)
         for l, st, (cap, cmask), (hcap, hmask) in tqdm(layers, total=len(conv), desc=f'calibrate ({recipe.name})', disable=not progress):
             gdn = gdns[l]
             x, ctx, y, m = (cap.pop('input').to(device), cap.pop('context').to(device), cap.pop('output').to(device), cmask.to(device))
             heldout = (hcap['input'].to(device), hcap['output'].to(device), hmask.to(device))
             head_st = dict(mean_distance=st.mean_distance[l], entropy=st.entropy[l], rel_entropy=st.rel_entropy[l])
+            if pair_lags: head_st['pair_distance'] = st.pair_distance[l]
             lr = dict(layer=l)
             dtype = gdn.q_proj.weight.dtype
             gdn.float()                                   # calibrate in float32 (a bf16 teacher gives bf16 layers); cast back below
@@ -738,7 +746,10 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress):
                 k = repeat_kv_heads(gauge[l].float(), len(gauge[l]), gdn.num_heads).to(device)   # per query head
                 _gauge_gdn(gdn, k); ctx.div_(k[:, None])
                 lr.update(gauge_k=float(gauge[l].float().log().mean().exp()))
-            if recipe.zero_gate:
+            if recipe.zero_gate and isinstance(gdn, KimiDeltaAttention):
+                from taylor_calibrate.kda_calibrate import close_output_gate
+                close_output_gate(gdn)
+            elif recipe.zero_gate:
                 with torch.no_grad(): gdn.g_proj.weight.zero_()
             fit = layer_fit(gdn, *heldout); lr.update(mse_copy=fit['mse'], cos_copy=fit['cos'], ratio_copy=fit['ratio'])
             targets = None

@@ -34,6 +34,8 @@ def export_blockers(model, layout: str = 'qwen3_5') -> list[str]:
     "Each feature of hybrid `model` that `layout` cannot represent exactly, as a short phrase (an empty list: the export is exact)."
     if layout not in EXPORT_LAYOUTS: raise ValueError(f'unknown layout {layout!r}; accepted: {", ".join(EXPORT_LAYOUTS)}')
     spec = _spec_of(model)
+    if (mixer := spec.get('mixer', 'gdn')) != 'gdn':                  # the layout's linear-attention layers are Gated DeltaNet
+        return [f"{mixer.upper()} layers (mixer {mixer!r}): the layout's linear attention is Gated DeltaNet, one decay per head"]
     c, o, layers = model.config, spec['gdn_options'], decoder_layers(model)
     kept = [i for i in range(len(layers)) if i not in set(spec['converted_layers'])]
     kinds, out = {_mlp_kind(l.mlp) for l in layers}, []

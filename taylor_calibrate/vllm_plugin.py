@@ -46,6 +46,8 @@ def hybrid_problems(config, on_cpu: bool | None = None, dtype=None) -> list[str]
     spec = getattr(config, 'taylor_calibrate', None)
     if not isinstance(spec, dict) or not isinstance(spec.get('gdn_options'), dict):
         return ['config.json has no taylor_calibrate section with gdn_options']
+    if (mixer := spec.get('mixer', 'gdn')) != 'gdn':
+        return [f"converted layers of mixer {mixer!r} (the plugin serves Gated DeltaNet layers, mixer 'gdn')"]
     o, L, out = spec['gdn_options'], config.num_hidden_layers, []
     if missing := [k for k in ('hidden_size', 'num_heads', 'head_dim') if k not in o]: return [f'gdn_options lacks {", ".join(missing)}']
     if spec.get('format', 1) != 1: out.append(f'taylor_calibrate format {spec.get("format")!r} (the plugin reads format 1)')

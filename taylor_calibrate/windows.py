@@ -91,15 +91,17 @@ def capture_groups(teacher, layers: list, tokens: int) -> list[list[int]]:
     n = max(1, int(max(CAPTURE_BUDGET * weights, CAPTURE_FLOOR) // per_layer))
     return [layers[i:i + n] for i in range(0, len(layers), n)]
 
-def layer_captures(teacher, cal: torch.Tensor, held: torch.Tensor, layers: list, timings: dict, progress: bool = False):
-    "Each layer's statistics and captured I/O, a group at a time: one teacher pass over each window set, run a group's segment at a time from the stored residual stream."
+def layer_captures(teacher, cal: torch.Tensor, held: torch.Tensor, layers: list, timings: dict, progress: bool = False,
+                   pair_lags: bool = False):
+    "Each layer's statistics (with `pair_lags`, the distance per rotary pair too) and captured I/O, a group at a time: one teacher pass over each window set, run a group's segment at a time from the stored residual stream."
     groups = capture_groups(teacher, layers, cal.numel() + held.numel())
     batch = windows_at_once(teacher.config.get_text_config().hidden_size, cal.shape[1])
     cal_stream = held_stream = None                   # hidden states entering the next group's segment
     for i, group in enumerate(groups):
         t0 = time.time()
         more = i + 1 < len(groups)
-        cap = attention_stats(teacher, cal, layers=group, capture=group, resume=cal_stream, keep_residual=more, batch_size=batch, progress=progress)
+        cap = attention_stats(teacher, cal, layers=group, capture=group, resume=cal_stream, keep_residual=more, batch_size=batch, progress=progress,
+                              pair_lags=pair_lags)
         hcap = attention_stats(teacher, held, layers=[], capture=group, resume=held_stream, keep_residual=more, batch_size=batch, progress=False)
         cal_stream, held_stream = cap.residual, hcap.residual   # None after the last group: the streams are freed
         timings['statistics_s'] += time.time() - t0

@@ -37,3 +37,54 @@ def test_gradients_through_a_padded_chunk_are_finite_and_match():
 def test_kda_rule_on_a_cpu_is_ours():
     x = inputs()
     torch.testing.assert_close(kda_rule(*x)[0], chunk_kda_torch(*x)[0], rtol=0, atol=0)
+
+# ----- KDA layers through conversion, calibration, saving and generation -----
+import math, pytest
+from transformers import AutoModelForCausalLM
+from taylor_calibrate.convert import random_teacher, to_hybrid, gdn_modules
+from taylor_calibrate.kda import KimiDeltaAttention
+
+def test_a_kda_hybrid_saves_loads_and_generates_exactly(tmp_path):
+    "The saved config names the mixer; the loaded model is the same function; decoding with the cache equals full forwards."
+    from taylor_calibrate.hybrid import save_hybrid
+    h = to_hybrid(random_teacher('llama'), [0], mixer='kda')
+    assert h.config.taylor_calibrate['mixer'] == 'kda' and all(isinstance(g, KimiDeltaAttention) for g in gdn_modules(h).values())
+    save_hybrid(h, tmp_path/'h')
+    h2 = AutoModelForCausalLM.from_pretrained(tmp_path/'h')
+    ids = torch.randint(0, 96, (2, 21), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(h2(ids).logits, h(ids).logits, rtol=0, atol=0)
+        out = h2.generate(ids[:, :9], max_new_tokens=8, do_sample=False)
+        for t in range(9, 17):   # every generated token is the argmax of a forward over the whole prefix, no cache
+            assert torch.equal(out[:, t], h2(out[:, :t], use_cache=False).logits[:, -1].argmax(-1))
+
+def test_unknown_mixer_is_one_line_before_any_compute():
+    from taylor_calibrate.core import calibrate
+    with pytest.raises(ValueError, match="unknown mixer 'mamba'; accepted: 'gdn', 'kda'"):
+        calibrate(random_teacher('qwen2'), torch.zeros(10, dtype=torch.long), mixer='mamba')
+
+def test_calibrate_sets_each_channels_decay_from_its_rotary_pair():
+    "Phase 1 on KDA layers: dt_bias per key channel is b_dt of its pair's distance (the head's where undefined), as the statistics pass measured it."
+    from taylor_calibrate.core import calibrate, b_dt
+    from taylor_calibrate.stats import attention_stats
+    from taylor_calibrate.kda_calibrate import channel_distance
+    from taylor_calibrate.core import get_recipe
+    from dataclasses import replace
+    teacher = random_teacher('qwen3', layers=3)
+    data = torch.randint(0, 96, (6 * 64,), generator=torch.Generator().manual_seed(1))
+    recipe = replace(get_recipe('phase1'), exact_decay=False, calib_tokens=256, heldout_tokens=128)
+    h = calibrate(teacher, data, keep=[0], init=recipe, seq_len=64, progress=False, mixer='kda')
+    st = attention_stats(teacher, data[:256].view(4, 64), layers=[1, 2], pair_lags=True, progress=False)
+    for l, kda in gdn_modules(h).items():
+        want = b_dt(channel_distance(st.pair_distance[l], st.mean_distance[l]).clamp_min(0.5)).reshape(-1)
+        torch.testing.assert_close(kda.dt_bias.detach().double(), want.double(), rtol=1e-4, atol=1e-4)
+        assert kda.dt_bias.detach().view(kda.num_heads, -1).std(-1).gt(0).all()      # channels of a head differ
+    rows = h.calibration_report.heads
+    assert rows and all(math.isfinite(r['half_life']) and math.isfinite(r['beta']) for r in rows)
+
+def test_export_and_vllm_plugin_refuse_kda_layers_by_name():
+    from taylor_calibrate.export import export_blockers
+    from taylor_calibrate.vllm_plugin import hybrid_problems
+    h = to_hybrid(random_teacher('qwen3'), [0], mixer='kda')
+    assert export_blockers(h) == ["KDA layers (mixer 'kda'): the layout's linear attention is Gated DeltaNet, one decay per head"]
+    assert hybrid_problems(h.config) == ["converted layers of mixer 'kda' (the plugin serves Gated DeltaNet layers, mixer 'gdn')"]
