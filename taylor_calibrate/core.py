@@ -731,14 +731,12 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress):
     hybrid.to(device)
     rep.timings['statistics_s'] = rep.timings['phase1_s'] = rep.timings['phase2_s'] = 0.
     with kernel_buffers_at_most(_memory.BATCH_BYTES):   # the CPU kernel's reusable scratch: a batch's worth, none kept afterwards
-        pair_lags = any(isinstance(g, KimiDeltaAttention) for g in gdns.values())   # KDA's decay needs a distance per rotary pair
-        layers = layer_captures(teacher, cal, held, conv, rep.timings, progress, pair_lags=pair_lags)
+        layers = layer_captures(teacher, cal, held, conv, rep.timings, progress)
         for l, st, (cap, cmask), (hcap, hmask) in tqdm(layers, total=len(conv), desc=f'calibrate ({recipe.name})', disable=not progress):
             gdn = gdns[l]
             x, ctx, y, m = (cap.pop('input').to(device), cap.pop('context').to(device), cap.pop('output').to(device), cmask.to(device))
             heldout = (hcap['input'].to(device), hcap['output'].to(device), hmask.to(device))
             head_st = dict(mean_distance=st.mean_distance[l], entropy=st.entropy[l], rel_entropy=st.rel_entropy[l])
-            if pair_lags: head_st['pair_distance'] = st.pair_distance[l]
             lr = dict(layer=l)
             dtype = gdn.q_proj.weight.dtype
             gdn.float()                                   # calibrate in float32 (a bf16 teacher gives bf16 layers); cast back below

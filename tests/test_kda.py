@@ -63,24 +63,35 @@ def test_unknown_mixer_is_one_line_before_any_compute():
     with pytest.raises(ValueError, match="unknown mixer 'mamba'; accepted: 'gdn', 'kda'"):
         calibrate(random_teacher('qwen2'), torch.zeros(10, dtype=torch.long), mixer='mamba')
 
-def test_calibrate_sets_each_channels_decay_from_its_rotary_pair():
-    "Phase 1 on KDA layers: dt_bias per key channel is b_dt of its pair's distance (the head's where undefined), as the statistics pass measured it."
-    from taylor_calibrate.core import calibrate, b_dt
-    from taylor_calibrate.stats import attention_stats
-    from taylor_calibrate.kda_calibrate import channel_distance
-    from taylor_calibrate.core import get_recipe
+def test_calibrate_gives_every_key_channel_its_heads_distance():
+    "Phase 1 on KDA layers: dt_bias of every key channel of head h is b_dt(d_h), d_h as the statistics pass measures it."
     from dataclasses import replace
+    from taylor_calibrate.core import calibrate, b_dt, get_recipe
+    from taylor_calibrate.stats import attention_stats
     teacher = random_teacher('qwen3', layers=3)
     data = torch.randint(0, 96, (6 * 64,), generator=torch.Generator().manual_seed(1))
     recipe = replace(get_recipe('phase1'), exact_decay=False, calib_tokens=256, heldout_tokens=128)
     h = calibrate(teacher, data, keep=[0], init=recipe, seq_len=64, progress=False, mixer='kda')
-    st = attention_stats(teacher, data[:256].view(4, 64), layers=[1, 2], pair_lags=True, progress=False)
+    st = attention_stats(teacher, data[:256].view(4, 64), layers=[1, 2], progress=False)
     for l, kda in gdn_modules(h).items():
-        want = b_dt(channel_distance(st.pair_distance[l], st.mean_distance[l]).clamp_min(0.5)).reshape(-1)
-        torch.testing.assert_close(kda.dt_bias.detach().double(), want.double(), rtol=1e-4, atol=1e-4)
-        assert kda.dt_bias.detach().view(kda.num_heads, -1).std(-1).gt(0).all()      # channels of a head differ
+        want = b_dt(st.mean_distance[l].clamp_min(0.5))[:, None].expand(kda.num_heads, kda.head_k_dim)
+        torch.testing.assert_close(kda.dt_bias.detach().view(kda.num_heads, -1).double(), want.double(), rtol=1e-4, atol=1e-4)
+        assert st.mean_distance[l].std() > 0                                          # heads differ, so the test could fail
     rows = h.calibration_report.heads
     assert rows and all(math.isfinite(r['half_life']) and math.isfinite(r['beta']) for r in rows)
+
+def test_pair_distances_reach_the_channels_when_given():
+    "kda_phase1 with head_stats['pair_distance'] (how bench/kda_decay.py compares) sets each channel from its rotary pair."
+    from taylor_calibrate.core import b_dt, get_recipe
+    from taylor_calibrate.kda_calibrate import kda_phase1
+    torch.manual_seed(0)
+    kda = KimiDeltaAttention(hidden_size=32, num_heads=2, head_dim=8)
+    x, mask = torch.randn(2, 16, 32), torch.ones(2, 16, dtype=torch.bool)
+    pairs = torch.tensor([[2., 4., float('nan'), 8.], [16., 32., 64., 128.]])
+    stats = dict(mean_distance=torch.tensor([5., 6.]), entropy=torch.tensor([1., 2.]), rel_entropy=torch.tensor([.3, .6]), pair_distance=pairs)
+    kda_phase1(kda, stats, x, torch.randn(2, 16, 2, 8), mask, get_recipe('phase1'))
+    want = torch.tensor([[2., 4., 5., 8.] * 2, [16., 32., 64., 128.] * 2])
+    torch.testing.assert_close(kda.dt_bias.detach().view(2, 8), b_dt(want).float())
 
 def test_export_and_vllm_plugin_refuse_kda_layers_by_name():
     from taylor_calibrate.export import export_blockers
