@@ -30,6 +30,8 @@ RECOVERY_INITS = ('naive', 'zero_gate', 'taylor', 'taylor+')
 RETENTION = (0.25, 0.5, 0.75)
 RETENTION_INITS = ('naive', 'taylor', 'taylor+')
 ABLATED = ('gauge_fix', 'exact_decay', 'exact_beta', 'minibatch')   # taylor+'s switches, each turned off in turn (part 'ablation')
+ADDED = ('constant_gate',)                      # switches taylor+ lacks, each turned on in turn (part 'ablation')
+LATER_FIELDS = {'constant_gate': False}         # recipe fields younger than the ledgers: left out of a fingerprint at their default
 STEP_CAPS = (1000,)                             # Phase 2's step cap for taylor+ in part 'budget' (its own: 300)
 TARGETS = (1.05, 1.1, 1.25, 1.5, 2.0)          # recovery targets, x teacher validation perplexity (the paper's metric uses 1.25-2x)
 
@@ -52,6 +54,7 @@ def jobs(parts, seeds, mini=False):
     todo += [j for s in later for j in row('uniform:0.25', s)]
     todo += [recovery_job(i) for i in RECOVERY_INITS] if 'recovery' in parts else []
     todo += [zero_shot_job('uniform:0.25', f'taylor+ without {s}', 0) for s in ABLATED] if 'ablation' in parts else []
+    todo += [zero_shot_job('uniform:0.25', f'taylor+ with {s}', 0) for s in ADDED] if 'ablation' in parts else []
     todo += [zero_shot_job('uniform:0.25', f'taylor+ with steps={n}', 0) for n in STEP_CAPS] if 'budget' in parts else []
     todo += row('ga-s2:0.25', 0)
     todo += [j for s in later for j in row('ar:0.25', s) + row('retrieval:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s)]
@@ -101,13 +104,18 @@ def second_text_ids(tok):
 def recipe_of(init):
     """The recipe an init names: one of the package's; 'taylor+ without <switch>', taylor+ with one of `ABLATED` off
     (without minibatch, Phase 2 runs on taylor's budget too: 1,024 calibration tokens, full batch, no early stopping);
-    or 'taylor+ with steps=N', taylor+ with Phase 2 capped at N steps instead of 300."""
+    'taylor+ with steps=N', taylor+ with Phase 2 capped at N steps instead of 300; or 'taylor+ with <switch>', taylor+
+    with one of `ADDED` on."""
     from dataclasses import replace
     from taylor_calibrate.core import get_recipe
     if ' with steps=' in init:
         base, _, n = init.partition(' with steps=')
         if base != 'taylor+' or not n.isdigit() or int(n) < 1: raise ValueError(f"unknown init {init!r}: a step cap is 'taylor+ with steps=N', N > 0")
         return replace(get_recipe(base), name=init, steps=int(n))
+    base, _, switch = init.partition(' with ')
+    if switch:
+        if base != 'taylor+' or switch not in ADDED: raise ValueError(f'unknown init {init!r}: additions are taylor+ with one of {ADDED}')
+        return replace(get_recipe(base), name=init, **{switch: True})
     base, _, switch = init.partition(' without ')
     if not switch: return get_recipe(init)
     if base != 'taylor+' or switch not in ABLATED: raise ValueError(f'unknown init {init!r}: ablations are taylor+ without one of {ABLATED}')
@@ -117,7 +125,8 @@ def recipe_of(init):
 def recipe_id(init):
     "A fingerprint of an init's recipe: a ledger row made with another recipe of the same name is run again."
     from dataclasses import asdict
-    return hashlib.sha1(json.dumps(asdict(recipe_of(init)), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    fields = {k: v for k, v in asdict(recipe_of(init)).items() if not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
+    return hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 def run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept=None):
     from taylor_calibrate.core import calibrate
@@ -235,7 +244,8 @@ def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl, teacher_second
                grid=drop_empty({f'{p}|{i}': cell(p, i) for p in POLICIES for i in INITS}),
                retention=drop_empty({f'uniform:{f}|{i}': cell(f'uniform:{f}', i) for f in RETENTION for i in RETENTION_INITS}),
                gqa=drop_empty({kv: cell('uniform:0.25', 'taylor', kv) for kv in ('heads', 'rows_bug')}),
-               ablation=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ without {s}' for s in ABLATED))}),
+               ablation=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ without {s}' for s in ABLATED),
+                                                                       *(f'taylor+ with {s}' for s in ADDED))}),
                budget=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ with steps={n}' for n in STEP_CAPS))}))
     logs = {r['job']['init']: r['log'] for r in ledger.values() if r['job']['kind'] == 'recovery'}
     if logs:

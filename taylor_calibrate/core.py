@@ -5,11 +5,11 @@
 # %% auto #0
 __all__ = ['RECIPES', 'REPORT_COLUMNS', 'EVAL_SPLIT', 'b_dt', 'half_life', 'realised_half_life', 'realised_beta', 'set_decay',
            'concentration_minmax', 'concentration_relative', 'beta_star', 'concentration', 'set_write_gate',
-           'gated_head_outputs', 'set_value_scale', 'alpha_star', 'set_output_gate', 'value_output_norms',
-           'balanced_gauge', 'rescale_value_output', 'phase1', 'layer_fit', 'phase2', 'Recipe', 'get_recipe',
-           'CalibrationReport', 'token_windows', 'calibrate', 'describe_data', 'report_summary', 'report_html',
-           'BATCH_BYTES', 'CAPTURE_BUDGET', 'CAPTURE_FLOOR', 'windows_at_once', 'valid_by_windows', 'ols_by_windows',
-           'mean_by_windows', 'mse_backward', 'capture_bytes', 'capture_groups']
+           'gated_head_outputs', 'set_value_scale', 'alpha_star', 'set_output_gate', 'set_constant_output_gate',
+           'value_output_norms', 'balanced_gauge', 'rescale_value_output', 'phase1', 'layer_fit', 'phase2', 'Recipe',
+           'get_recipe', 'CalibrationReport', 'token_windows', 'calibrate', 'describe_data', 'report_summary',
+           'report_html', 'BATCH_BYTES', 'CAPTURE_BUDGET', 'CAPTURE_FLOOR', 'windows_at_once', 'valid_by_windows',
+           'ols_by_windows', 'mean_by_windows', 'mse_backward', 'capture_bytes', 'capture_groups']
 
 # %% ../nbs/05_calibrate.ipynb #b40584c1
 import copy, json, math, re, shlex, sys, time, types, warnings
@@ -189,6 +189,25 @@ def set_output_gate(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, 
     if gdn.g_proj.bias is not None: gdn.g_proj.bias.zero_()
     return float(alpha)
 
+# %% ../nbs/05_calibrate.ipynb #cg05c001
+def _silu_inverse(s: torch.Tensor) -> torch.Tensor:
+    "The z >= 0 with silu(z) = s, for s >= 0 (bisection; silu is increasing there)."
+    return _bisect(F.silu, s, lo=0., hi=30.)
+
+@torch.no_grad()
+def set_constant_output_gate(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, damping: float = 0.01,
+                             ridge: float = 1e-3) -> tuple[torch.Tensor, float]:
+    "Phase 1 output gate, constant per head: g_proj rows z_h w with x.w ~ 1 by least squares and silu(z_h) = damping RMS(c_h); returns (the gate values [H], the fit's R^2)."
+    xv = _valid(x, mask).double()                                                # [N, D]
+    G = xv.T @ xv / len(xv)
+    w = torch.linalg.solve(G + ridge * G.diagonal().mean() * torch.eye(len(G), dtype=G.dtype), xv.mean(0))   # x . w ~ 1
+    r2 = 1 - float((xv @ w - 1).pow(2).mean())
+    s = damping * _valid(context, mask).float().pow(2).mean((0, -1)).sqrt()    # [H]: the gate each head should have
+    z = _silu_inverse(s.double())
+    gdn.g_proj.weight.copy_((z.repeat_interleave(gdn.head_v_dim)[:, None] * w[None]).to(gdn.g_proj.weight))
+    if gdn.g_proj.bias is not None: gdn.g_proj.bias.zero_()
+    return s, r2
+
 # %% ../nbs/05_calibrate.ipynb #fe5a545a
 def _value_output_blocks(teacher):
     "Per decoder layer: (self_attn, query heads, KV heads, head dim)."
@@ -254,7 +273,9 @@ def phase1(gdn: GatedDeltaNet, head_stats: dict, x: torch.Tensor, context: torch
     beta = beta_star(c, recipe.beta_lo, recipe.beta_span)
     set_decay(gdn, head_stats['mean_distance'], x, mask, exact=recipe.exact_decay)
     set_write_gate(gdn, beta, x, mask, exact=recipe.exact_beta)
-    gate = lambda: set_output_gate(gdn, context, x, mask, recipe.damping) if gdn.use_gate else math.nan   # a layer may have no gate
+    set_gate = (lambda: float(set_constant_output_gate(gdn, context, x, mask, recipe.damping)[0].mean())) if recipe.constant_gate else \
+               (lambda: set_output_gate(gdn, context, x, mask, recipe.damping))
+    gate = lambda: set_gate() if gdn.use_gate else math.nan                     # a layer may have no gate
     if recipe.acting_scale:
         alpha = gate()
         sigma = set_value_scale(gdn, context, x, mask, acting=True)
@@ -333,6 +354,7 @@ class Recipe:
     exact_decay: bool = False
     exact_beta: bool = False
     acting_scale: bool = False
+    constant_gate: bool = False         # Phase 1's output gate constant per head instead of alpha* W_V
     gauge_fix: bool = False             # convert the teacher at its balanced value/output gauge
     minibatch: bool = False
     concentration: str = 'minmax'       # or 'relative' (entropy / log(t+1))
@@ -358,7 +380,8 @@ class Recipe:
         if self.phase1:
             exact = [w for on, w in ((self.exact_decay, 'the mean decay'), (self.exact_beta, 'the mean write strength')) if on]
             s += (', then sets decay, write gate, value scale (on ' + ('o_proj' if self.acting_scale else 'W_V') + ') and output gate '
-                  "in closed form from the teacher's attention statistics"
+                  + ('(constant per head) ' if self.constant_gate else '')
+                  + "in closed form from the teacher's attention statistics"
                   + (' (concentration from the relative entropy)' if self.concentration == 'relative' else '')
                   + (f', {" and ".join(exact)} solved to reach {"their" if len(exact) > 1 else "its"} target on the calibration tokens' if exact else '')
                   + ' (Phase 1)')

@@ -58,7 +58,24 @@ def test_the_ablation_turns_off_one_switch_of_taylor_plus_at_a_time():
     for bad in ('taylor without gauge_fix', 'taylor+ without steps'):
         try: e.recipe_of(bad); raise AssertionError(bad)
         except ValueError as x: assert 'unknown init' in str(x)
-    assert [j['init'] for j in e.jobs(['ablation'], 3)] == [f'taylor+ without {s}' for s in e.ABLATED]
+    assert [j['init'] for j in e.jobs(['ablation'], 3)] == [f'taylor+ without {s}' for s in e.ABLATED] + [f'taylor+ with {s}' for s in e.ADDED]
+
+def test_an_addition_turns_on_one_switch_of_taylor_plus_and_old_fingerprints_hold():
+    "'taylor+ with constant_gate' differs from taylor+ in that switch alone; a recipe field at its default is left out of the fingerprint, so ledger rows written before the field existed stay current."
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import experiments as e, hashlib, json
+    from dataclasses import asdict
+    from taylor_calibrate.core import get_recipe
+    full = asdict(get_recipe('taylor+'))
+    for s in e.ADDED:
+        assert full[s] is False, s
+        assert {k for k, v in asdict(e.recipe_of(f'taylor+ with {s}')).items() if v != full[k]} == {'name', s}
+        assert e.recipe_id(f'taylor+ with {s}') != e.recipe_id('taylor+')
+    before = {k: v for k, v in full.items() if k not in e.LATER_FIELDS}          # taylor+ as the ledgers' rows recorded it
+    assert e.recipe_id('taylor+') == hashlib.sha1(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    for bad in ('taylor with constant_gate', 'taylor+ with gauge_fix'):
+        try: e.recipe_of(bad); raise AssertionError(bad)
+        except ValueError as x: assert 'unknown init' in str(x)
 
 def test_a_step_cap_is_taylor_plus_with_only_its_steps_changed():
     sys.path.insert(0, str(ROOT/'scripts'))
