@@ -2,6 +2,7 @@
 by Phase 1 three ways and compared with the teacher's attention output on held-out windows:
 
 - `gdn`: a GDN layer, one half-life per head, $d_h$ (the paper's mapping);
+- `gdn, constant gate`: the same with Phase 1's output gate constant per head (the recipe switch `constant_gate`);
 - `kda, d_h per channel`: a KDA layer whose every key channel gets its head's $d_h$ (the GDN mapping on KDA);
 - `kda, d_h,p per channel`: a KDA layer whose channels get the distance of their rotary pair, $d_{h,p}$
   (12_kda_calibrate), the head's $d_h$ where that is undefined;
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-ARMS = ('gdn', 'kda, d_h per channel', 'kda, d_h,p per channel', 'kda, d_h,p rescaled to d_h')
+ARMS = ('gdn', 'gdn, constant gate', 'kda, d_h per channel', 'kda, d_h,p per channel', 'kda, d_h,p rescaled to d_h')
 
 def pair_distances_of(arm, st, l):
     "The pair distances an arm hands Phase 1 (NaN: the channel takes its head's d_h)."
@@ -56,8 +57,8 @@ def main(a):
         row = dict(layer=l, undefined_pairs=float(st.pair_distance[l].isnan().float().mean()),
                    mean_distance=st.mean_distance[l].tolist(), pair_distance=[[None if v != v else v for v in h] for h in st.pair_distance[l].tolist()])
         for arm in ARMS:
-            layer = copy.deepcopy(hybrids['gdn' if arm == 'gdn' else 'kda'][l]).float()   # each arm from the same copy (Phase 1 scales o_proj in place)
-            phase1(layer, dict(stats, pair_distance=pair_distances_of(arm, st, l)), x, ctx, m, recipe)
+            layer = copy.deepcopy(hybrids[arm[:3]][l]).float()   # each arm from the same copy (Phase 1 scales o_proj in place)
+            phase1(layer, dict(stats, pair_distance=pair_distances_of(arm, st, l)), x, ctx, m, replace(recipe, constant_gate=arm == 'gdn, constant gate'))
             fit = layer_fit(layer, *heldout)
             target_ms = float(heldout[1][heldout[2].bool()].double().pow(2).mean())
             row[arm] = dict(cos=fit['cos'], rel_mse=fit['mse'] / target_ms)
