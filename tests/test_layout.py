@@ -8,7 +8,7 @@ from conftest import ROOT
 # Bottom to top; a module on a level imports modules of its own level or of the levels below it only. Modules not named here
 # (core, distill, cli, ...) sit above them all. The vLLM plugin imports no other module of the package (it runs inside vLLM's
 # environment), so it sits at the bottom, and the export can ask it whether it serves a hybrid the export refuses.
-LEVELS = [('device', 'gdn', 'kda', 'outputs', 'taylor', 'teacher', 'stats', 'vllm_plugin'), ('cache',), ('hybrid',), ('convert',), ('policies', 'export')]
+LEVELS = [('device', 'gdn', 'kda', 'mamba2', 'outputs', 'taylor', 'teacher', 'stats', 'vllm_plugin'), ('cache',), ('hybrid',), ('convert',), ('policies', 'export')]
 LEVEL = {m: i for i, ms in enumerate(LEVELS) for m in ms}
 TOP = len(LEVELS)
 
