@@ -99,3 +99,14 @@ def test_export_and_vllm_plugin_refuse_kda_layers_by_name():
     h = to_hybrid(random_teacher('qwen3'), [0], mixer='kda')
     assert export_blockers(h) == ["KDA layers (mixer 'kda'): the layout's linear attention is Gated DeltaNet, one decay per head"]
     assert hybrid_problems(h.config) == ["converted layers of mixer 'kda' (the plugin serves Gated DeltaNet layers, mixer 'gdn')"]
+
+def test_distillation_trains_a_kda_hybrids_own_parameters():
+    "distill takes a KDA hybrid as it takes a GDN one: the validation perplexity falls and KDA's decay and gate parameters move."
+    from taylor_calibrate.distill import distill
+    teacher = random_teacher('llama')
+    h = to_hybrid(teacher, [0], mixer='kda')
+    watched = {n: p.detach().clone() for n, p in h.named_parameters() if any(k in n for k in ('f_proj', 'g_proj', 'dt_bias'))}
+    data = torch.randint(0, 96, (4096,), generator=torch.Generator().manual_seed(0))
+    log = distill(h, teacher, data, tokens=1024, seq_len=64, batch_size=4, eval_data=data[:512], eval_tokens=512, progress=False)
+    assert log.eval_ppl[-1] < log.eval_ppl[0]
+    assert watched and all(not torch.equal(watched[n], p) for n, p in h.named_parameters() if n in watched)
