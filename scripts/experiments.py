@@ -327,7 +327,7 @@ if __name__ == '__main__':
     p.add_argument('--backfill-valid', action='store_true', help='run nothing new: add the VALID perplexity to the ledger\'s zero-shot '
                    'runs that lack it, from the students --save-students holds, then summarise')
     p.add_argument('--inits', default=None, help='run only these inits (comma list; default: all); the summary still reads every run in the ledger')
-    p.add_argument('--mixer', default='gdn', choices=('gdn', 'kda'), help="the converted layers' mixer (default gdn)")
+    p.add_argument('--mixer', default='gdn', choices=('gdn', 'kda', 'mamba2'), help="the converted layers' mixer (default gdn)")
     p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/, '
                    'with _<mixer> appended for a mixer other than gdn')
     a = p.parse_args()

@@ -20,8 +20,11 @@ def _layer_windows(config):
     return [w if t == 'sliding_attention' else None for t in types]
 
 def gdn_state_bytes(gdn_options: dict, batch_size: int = 1, dtype=torch.float32) -> int:
-    "Bytes of one GDN layer's generation state: float32 recurrent state [B,H,dk,dv] (+ short-conv buffers in `dtype`)."
+    "Bytes of one converted layer's generation state: float32 recurrent state [B,H,dk,dv] (+ short-conv buffers in `dtype`); Mamba2: [B,H,P,N] and its conv tail."
     H, dk = gdn_options['num_heads'], gdn_options['head_dim']
+    if 'state_size' in gdn_options:                                   # Mamba2: its convolution over x, B, C is always there
+        N, G = gdn_options['state_size'], gdn_options['n_groups']
+        return batch_size * (H * dk * N * 4 + (H * dk + 2 * G * N) * (gdn_options['conv_size'] - 1) * torch.finfo(dtype).bits // 8)
     dv = int(dk * gdn_options['expand_v'])
     n = batch_size * H * dk * dv * 4
     if gdn_options['use_short_conv']:

@@ -38,10 +38,10 @@ def compute_dtype(name: str, device=None):
 # Literal copies, so that building the parser and checking its values imports neither torch nor transformers; tests keep them
 # equal to convert.EXPORT_LAYOUTS, convert.POLICIES, core.RECIPES, distill.SCHEDULES, teacher.SHIPPED_TEACHERS and
 # teacher.REGISTRY_TEACHERS.
-_LAYOUTS = ('qwen3_5', 'qwen3_5_moe')
+_LAYOUTS = ('qwen3_5', 'qwen3_5_moe', 'granitemoehybrid')
 _POLICIES = ('uniform', 'ar', 'ga-s2', 'retrieval')
 _INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
-_MIXERS = ('gdn', 'kda')   # hybrid.MIXERS' names (not imported: --help stays light)
+_MIXERS = ('gdn', 'kda', 'mamba2')   # hybrid.MIXERS' names (not imported: --help stays light)
 _SCHEDULES = ('constant', 'constant_with_warmup', 'linear', 'cosine', 'inverse_sqrt')
 _SHIPPED = ('tiny-qwen2', 'tiny-qwen3')   # the first is the default
 _REGISTRY = ('smollm2-135m',)
@@ -98,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser('demo', help='calibrate a shipped or registry teacher four ways and report test perplexities')
     _add_out(d, 'the best student and the report', default='taylor-calibrate-demo')
     d.add_argument('--keep', default='uniform:0.25', help='layers kept as attention: a policy or a comma list (default: %(default)s)')
-    d.add_argument('--mixer', default='gdn', choices=_MIXERS, help='the converted layers: gdn (Gated DeltaNet) or kda (Kimi Delta '
-                   'Attention, one decay per key channel) (default: %(default)s)')
+    d.add_argument('--mixer', default='gdn', choices=_MIXERS, help='the converted layers: gdn (Gated DeltaNet), kda (Kimi Delta '
+                   'Attention, one decay per key channel) or mamba2 (default: %(default)s)')
     d.add_argument('--inits', default='naive,zero_gate,taylor,taylor+', help='inits to compare (default: %(default)s)')
     d.add_argument('--eval-tokens', type=int, default=32768, help="first tokens of the shipped corpus's test split to evaluate on; "
                    '0 for the whole split, as perplexity(model, tokenizer, "test") takes it in Python (default: %(default)s)')
@@ -125,8 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser('convert', help='convert and calibrate any teacher: a named one, a .gguf file, a local directory or a hub name')
     c.add_argument('--teacher', required=True, help=_teachers('a local directory', 'a hub name of a causal LM'))
     c.add_argument('--keep', default='uniform:0.25', help='policy (uniform:F, ar:F, ga-s2:F, retrieval:F) or comma list of layer indices')
-    c.add_argument('--mixer', default='gdn', choices=_MIXERS, help='the converted layers: gdn (Gated DeltaNet) or kda (Kimi Delta '
-                   'Attention, one decay per key channel) (default: %(default)s)')
+    c.add_argument('--mixer', default='gdn', choices=_MIXERS, help='the converted layers: gdn (Gated DeltaNet), kda (Kimi Delta '
+                   'Attention, one decay per key channel) or mamba2 (default: %(default)s)')
     c.add_argument('--init', default='taylor+', help=f'{", ".join(_INITS)} (default: %(default)s)')
     c.add_argument('--data', default='train', help=f'calibration data: {_DATA} (default: %(default)s)')
     _add_out(c, 'the hybrid', required=True)
@@ -174,8 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser('export', help='write a saved hybrid as a native transformers hybrid that loads without this package')
     e.add_argument('hybrid', help='a hybrid folder written by demo/convert/distill (its model/ subfolder) or save_hybrid')
     _add_out(e, 'the native model', required=True)
-    e.add_argument('--layout', default=_LAYOUTS[0], choices=_LAYOUTS,
-                   help='qwen3_5 (dense MLP; Qwen3 teachers) or qwen3_5_moe (Qwen3-MoE teachers) (default: %(default)s)')
+    e.add_argument('--layout', default=None, choices=_LAYOUTS,
+                   help='qwen3_5 (GDN layers; Qwen3 teachers), qwen3_5_moe (Qwen3-MoE teachers) or granitemoehybrid (Mamba2 '
+                   'layers; Llama, Qwen2, Mistral teachers) (default: granitemoehybrid for a Mamba2 hybrid, qwen3_5 otherwise)')
     _add_dtype(e, 'auto', 'the hybrid (and so write the export)', auto='as stored')
     e.add_argument('--check', action='store_true', help='load the export in a fresh interpreter without taylor_calibrate and compare '
                    'its logits and 32 greedy tokens with the hybrid (exit 1 if the tokens differ)')
@@ -341,7 +342,7 @@ def run_demo(args) -> int:
     teacher, tok = load_teacher(name, dtype=parse_dtype(args.dtype))
     test_ids = corpus_token_ids(tok, 'test', args.eval_tokens or None)
     print(f'teacher: {name or _SHIPPED[0]} ({_teacher_origin(name)}; {teacher.config.model_type}, {teacher.config.num_hidden_layers} '
-          f'layers); keep {args.keep}{"; KDA layers" if args.mixer == "kda" else ""}; evaluating on {test_ids.numel():,} test tokens', flush=True)
+          f'layers); keep {args.keep}{f"; {args.mixer.upper()} layers" if args.mixer != "gdn" else ""}; evaluating on {test_ids.numel():,} test tokens', flush=True)
     print(threads, flush=True)
     table = {'teacher': perplexity(teacher, test_ids, progress=False)}
     print(f'  {"teacher":10} test perplexity {table["teacher"]:10.2f}', flush=True)
@@ -476,9 +477,10 @@ def run_export(args) -> int:
     if (src/'tokenizer_config.json').exists():
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(src)
-    export_hybrid(model, args.out, layout=args.layout, tokenizer=tok, overwrite=args.overwrite)
+    layout = args.layout or ('granitemoehybrid' if model.config.taylor_calibrate.get('mixer') == 'mamba2' else 'qwen3_5')
+    export_hybrid(model, args.out, layout=layout, tokenizer=tok, overwrite=args.overwrite)
     args.written = True
-    print(f'wrote {args.out}/ (layout {args.layout}, model type {EXPORT_LAYOUTS[args.layout]}): '
+    print(f'wrote {args.out}/ (layout {layout}, model type {EXPORT_LAYOUTS[layout]}): '
           'AutoModelForCausalLM.from_pretrained loads it without taylor_calibrate')
     if not args.check: return 0
     ids = torch.randint(0, model.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(0))
@@ -487,7 +489,7 @@ def run_export(args) -> int:
     print(f"check ({res['model_class']}, fresh interpreter, both in float32): max |logit difference| {res['max_abs_diff']:.2e} "
           f"({res['max_rel_diff']:.2e} of the largest logit); 32 greedy tokens identical: {res['same_tokens']}")
     s, dt = json.loads((Path(args.out)/'config.json').read_text())['taylor_calibrate_export']['residual_scale'], model.dtype
-    if dt != torch.float32 and s != 1:
+    if dt != torch.float32 and s != 1 and layout != 'granitemoehybrid':   # granitemoehybrid scales it by multipliers, not weights
         print(f'(the export stores the residual stream scaled by {s:.3g}, its weights rounded again to {str(dt)[6:]}: differences near '
               f'{str(dt)[6:]} precision, {torch.finfo(dt).eps:.1e} of a value, are that rounding, not the mapping; see 04_convert)')
     return 0 if res['same_tokens'] else 1

@@ -5,11 +5,12 @@
 # %% auto #0
 __all__ = ['RECIPES', 'REPORT_COLUMNS', 'EVAL_SPLIT', 'b_dt', 'half_life', 'realised_half_life', 'realised_beta', 'set_decay',
            'concentration_minmax', 'concentration_relative', 'beta_star', 'concentration', 'set_write_gate',
-           'gated_head_outputs', 'set_value_scale', 'alpha_star', 'set_output_gate', 'set_constant_output_gate',
-           'value_output_norms', 'balanced_gauge', 'rescale_value_output', 'phase1', 'layer_fit', 'phase2', 'Recipe',
-           'get_recipe', 'CalibrationReport', 'token_windows', 'calibrate', 'describe_data', 'report_summary',
-           'report_html', 'BATCH_BYTES', 'CAPTURE_BUDGET', 'CAPTURE_FLOOR', 'windows_at_once', 'valid_by_windows',
-           'ols_by_windows', 'mean_by_windows', 'mse_backward', 'capture_bytes', 'capture_groups']
+           'gated_head_outputs', 'set_value_scale', 'alpha_star', 'set_output_gate', 'context_rms',
+           'constant_direction', 'set_constant_output_gate', 'value_output_norms', 'balanced_gauge',
+           'rescale_value_output', 'phase1', 'layer_fit', 'phase2', 'Recipe', 'get_recipe', 'CalibrationReport',
+           'token_windows', 'calibrate', 'describe_data', 'report_summary', 'report_html', 'BATCH_BYTES',
+           'CAPTURE_BUDGET', 'CAPTURE_FLOOR', 'windows_at_once', 'valid_by_windows', 'ols_by_windows',
+           'mean_by_windows', 'mse_backward', 'capture_bytes', 'capture_groups']
 
 # %% ../nbs/05_calibrate.ipynb #b40584c1
 import copy, json, math, re, shlex, sys, time, types, warnings
@@ -24,6 +25,7 @@ from .device import default_device
 from .taylor import ols_scale, ols_sums, ols_from_sums, softplus_inv, _as_float
 from .gdn import GatedDeltaNet, release_kernel_buffers, kernel_buffers_at_most
 from .kda import KimiDeltaAttention
+from .mamba2 import Mamba2Layer
 from .teacher import corpus_token_ids, SPLITS
 from .stats import attention_stats
 from .convert import to_hybrid, check_teacher, attention_geometry, repeat_kv_heads, copy_module, unshare_weights, gdn_modules
@@ -87,12 +89,13 @@ def realised_beta(gdn: GatedDeltaNet, x: torch.Tensor, mask: torch.Tensor) -> to
 
 @torch.no_grad()
 def set_decay(gdn: GatedDeltaNet, mean_distance: torch.Tensor, x=None, mask=None, exact: bool = False) -> torch.Tensor:
-    "Phase 1 decay: A_log = 0, dt_bias = b_dt(d_h); `exact` also cancels the a_proj term on average over x."
-    d = mean_distance.clamp_min(0.5).to(gdn.dt_bias)
+    "Phase 1 decay: A_log = 0, dt_bias = b_dt(d_h) (a KDA layer: one distance per key channel, [H, d]); `exact` also cancels the input term (a_proj; KDA's f_proj) on average over x."
+    d = mean_distance.clamp_min(0.5).reshape(-1).to(gdn.dt_bias)
     gdn.A_log.zero_()
     gdn.dt_bias.copy_(b_dt(d))
     if exact:
-        ax = _valid(gdn.a_proj(x), mask).float()                                  # [N, H]
+        proj = gdn.f_proj if isinstance(gdn, KimiDeltaAttention) else gdn.a_proj
+        ax = _valid(proj(x), mask).float()                                        # [N, H] (KDA: [N, H*d])
         rate = (math.log(2) / d).clamp(1e-3, 5.0)
         gdn.dt_bias.copy_(_bisect(lambda b: F.softplus(ax + b).mean(0), rate))
     return gdn.dt_bias.clone()
@@ -194,15 +197,24 @@ def _silu_inverse(s: torch.Tensor) -> torch.Tensor:
     "The z >= 0 with silu(z) = s, for s >= 0 (bisection; silu is increasing there)."
     return _bisect(F.silu, s, lo=0., hi=30.)
 
+def context_rms(context: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    "RMS(c_h): the root mean square of each head's teacher context [n,T,H,d] over the real tokens, [H]."
+    return _valid(context, mask).float().pow(2).mean((0, -1)).sqrt()
+
+@torch.no_grad()
+def constant_direction(x: torch.Tensor, mask: torch.Tensor, ridge: float = 1e-3) -> tuple[torch.Tensor, float]:
+    "The w with x.w ~ 1 on the real tokens of x [n,T,D] (ridge least squares, float64), and the fit's R^2: a linear map that reads a constant."
+    xv = _valid(x, mask).double()                                                # [N, D]
+    G = xv.T @ xv / len(xv)
+    w = torch.linalg.solve(G + ridge * G.diagonal().mean() * torch.eye(len(G), dtype=G.dtype), xv.mean(0))
+    return w, 1 - float((xv @ w - 1).pow(2).mean())
+
 @torch.no_grad()
 def set_constant_output_gate(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, damping: float = 0.01,
                              ridge: float = 1e-3) -> tuple[torch.Tensor, float]:
     "Phase 1 output gate, constant per head: g_proj rows z_h w with x.w ~ 1 by least squares and silu(z_h) = damping RMS(c_h); returns (the gate values [H], the fit's R^2)."
-    xv = _valid(x, mask).double()                                                # [N, D]
-    G = xv.T @ xv / len(xv)
-    w = torch.linalg.solve(G + ridge * G.diagonal().mean() * torch.eye(len(G), dtype=G.dtype), xv.mean(0))   # x . w ~ 1
-    r2 = 1 - float((xv @ w - 1).pow(2).mean())
-    s = damping * _valid(context, mask).float().pow(2).mean((0, -1)).sqrt()    # [H]: the gate each head should have
+    w, r2 = constant_direction(x, mask, ridge)                                   # x . w ~ 1
+    s = damping * context_rms(context, mask)                                     # [H]: the gate each head should have
     z = _silu_inverse(s.double())
     gdn.g_proj.weight.copy_((z.repeat_interleave(gdn.head_v_dim)[:, None] * w[None]).to(gdn.g_proj.weight))
     if gdn.g_proj.bias is not None: gdn.g_proj.bias.zero_()
@@ -266,16 +278,22 @@ def _gauge_gdn(gdn: GatedDeltaNet, k: torch.Tensor):
 # %% ../nbs/05_calibrate.ipynb #92411769
 def phase1(gdn: GatedDeltaNet, head_stats: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor, recipe) -> dict:
     "Run Phase 1 on one GDN layer from its teacher head statistics and calibration I/O, with the constants of `recipe` (a `Recipe`); returns the per-head targets."
-    if isinstance(gdn, KimiDeltaAttention):                                     # a decay per key channel and a constant gate: 12_kda_calibrate
-        from taylor_calibrate.kda_calibrate import kda_phase1
-        return kda_phase1(gdn, head_stats, x, context, mask, recipe)
+    if isinstance(gdn, Mamba2Layer):                                            # one step size for decay and write: 14_mamba2_calibrate
+        from taylor_calibrate.mamba2_calibrate import mamba2_phase1
+        return mamba2_phase1(gdn, head_stats, x, context, mask, recipe)
     c = concentration(head_stats['entropy'], head_stats['rel_entropy'], recipe.concentration)
     beta = beta_star(c, recipe.beta_lo, recipe.beta_span)
-    set_decay(gdn, head_stats['mean_distance'], x, mask, exact=recipe.exact_decay)
+    d = head_stats['mean_distance']
+    if isinstance(gdn, KimiDeltaAttention):                                     # a decay per key channel and a constant gate: 12_kda_calibrate
+        from taylor_calibrate.kda_calibrate import channel_distance, set_constant_gate
+        pairs = head_stats.get('pair_distance')
+        d = channel_distance(pairs, d) if pairs is not None else d[:, None].expand(-1, gdn.head_k_dim)
+        set_gate = lambda: float(set_constant_gate(gdn, context, mask, recipe.damping).mean())
+    elif recipe.constant_gate: set_gate = lambda: float(set_constant_output_gate(gdn, context, x, mask, recipe.damping)[0].mean())
+    else: set_gate = lambda: set_output_gate(gdn, context, x, mask, recipe.damping)
+    set_decay(gdn, d, x, mask, exact=recipe.exact_decay)
     set_write_gate(gdn, beta, x, mask, exact=recipe.exact_beta)
-    set_gate = (lambda: float(set_constant_output_gate(gdn, context, x, mask, recipe.damping)[0].mean())) if recipe.constant_gate else \
-               (lambda: set_output_gate(gdn, context, x, mask, recipe.damping))
-    gate = lambda: set_gate() if gdn.use_gate else math.nan                     # a layer may have no gate
+    gate = lambda: set_gate() if getattr(gdn, 'use_gate', True) else math.nan   # a layer may have no gate
     if recipe.acting_scale:
         alpha = gate()
         sigma = set_value_scale(gdn, context, x, mask, acting=True)
@@ -298,12 +316,15 @@ def layer_fit(gdn: GatedDeltaNet, x: torch.Tensor, target: torch.Tensor, mask: t
             yy += y.pow(2).sum().item(); tt += t.pow(2).sum().item(); n += m.sum().item()
     return dict(mse=se / (n * target.shape[-1]), cos=dot / n, ratio=math.sqrt(yy / max(tt, 1e-300)))
 
+_FROZEN = ('o_proj', 'o_norm', 'out_proj')          # GDN and KDA, then Mamba2 (whose amplitude, norm.weight, is a gate here)
+_PROJECTIONS = ('q_proj', 'k_proj', 'v_proj', 'in_proj', 'conv1d')
+
 def _param_groups(gdn, recipe):
     qkv, gates = [], []
     for name, p in gdn.named_parameters():
-        if name.startswith(('o_proj', 'o_norm')): p.requires_grad_(False); continue
+        if name.startswith(_FROZEN): p.requires_grad_(False); continue
         p.requires_grad_(True)
-        (qkv if name.startswith(('q_proj', 'k_proj', 'v_proj')) else gates).append(p)
+        (qkv if name.startswith(_PROJECTIONS) else gates).append(p)
     return [dict(params=qkv, lr=recipe.lr_qkv), dict(params=gates, lr=recipe.lr_gates)]
 
 def phase2(gdn: GatedDeltaNet, x: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, recipe,
@@ -655,7 +676,7 @@ def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None,
               calib_tokens: int | None = None, heldout_tokens: int | None = None, steps: int | None = None,
               selection_data='valid', seed: int = 0, device=None, progress: bool = True, gdn_options: dict | None = None,
               mixer: str = 'gdn'):
-    "Convert `teacher` to a hybrid keeping `keep` as attention and `mixer` layers ('gdn' or 'kda') elsewhere, initialised by `init`; returns it with `.calibration_report`."
+    "Convert `teacher` to a hybrid keeping `keep` as attention and `mixer` layers ('gdn', 'kda' or 'mamba2') elsewhere, initialised by `init`; returns it with `.calibration_report`."
     t_start = time.time()
     recipe = get_recipe(init)
     over = {k: v for k, v in dict(calib_tokens=calib_tokens, heldout_tokens=heldout_tokens, steps=steps).items() if v is not None}
@@ -742,6 +763,23 @@ def _on_device(teacher, device):
     if have.type == want.type and want.index in (None, have.index): return teacher   # 'cuda' means whichever GPU it is on
     return copy_module(teacher, lambda t: t.to(device))
 
+def _gauge_mixer(layer, k):
+    "The copy of the balanced teacher in any converted layer: `_gauge_gdn`, or its Mamba2 form (14_mamba2_calibrate)."
+    if not isinstance(layer, Mamba2Layer): return _gauge_gdn(layer, k)
+    from taylor_calibrate.mamba2_calibrate import gauge_mamba2
+    gauge_mamba2(layer, k)
+
+@torch.no_grad()
+def _close_gate(layer):
+    "The zero-gate baseline in any converted layer: the branch emits exactly nothing."
+    if isinstance(layer, KimiDeltaAttention):
+        from taylor_calibrate.kda_calibrate import close_output_gate
+        close_output_gate(layer)
+    elif isinstance(layer, Mamba2Layer):
+        from taylor_calibrate.mamba2_calibrate import close_mamba2_gate
+        close_mamba2_gate(layer)
+    else: layer.g_proj.weight.zero_()
+
 def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress):
     "Calibrate the GDN layers of an already converted hybrid on (calibration, held-out) windows, on the teacher's device."
     cal, held = windows
@@ -761,17 +799,13 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress):
             heldout = (hcap['input'].to(device), hcap['output'].to(device), hmask.to(device))
             head_st = dict(mean_distance=st.mean_distance[l], entropy=st.entropy[l], rel_entropy=st.rel_entropy[l])
             lr = dict(layer=l)
-            dtype = gdn.q_proj.weight.dtype
+            dtype = next(gdn.parameters()).dtype
             gdn.float()                                   # calibrate in float32 (a bf16 teacher gives bf16 layers); cast back below
             if gauge is not None:                         # the copy of the balanced teacher, and its context
                 k = repeat_kv_heads(gauge[l].float(), len(gauge[l]), gdn.num_heads).to(device)   # per query head
-                _gauge_gdn(gdn, k); ctx.div_(k[:, None])
+                _gauge_mixer(gdn, k); ctx.div_(k[:, None])
                 lr.update(gauge_k=float(gauge[l].float().log().mean().exp()))
-            if recipe.zero_gate and isinstance(gdn, KimiDeltaAttention):
-                from taylor_calibrate.kda_calibrate import close_output_gate
-                close_output_gate(gdn)
-            elif recipe.zero_gate:
-                with torch.no_grad(): gdn.g_proj.weight.zero_()
+            if recipe.zero_gate: _close_gate(gdn)
             fit = layer_fit(gdn, *heldout); lr.update(mse_copy=fit['mse'], cos_copy=fit['cos'], ratio_copy=fit['ratio'])
             targets = None
             if recipe.phase1:

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch, torch.nn as nn
 from .gdn import GatedDeltaNet
 from .kda import KimiDeltaAttention
+from .mamba2 import Mamba2Layer
 from .cache import gdn_cache_slot
 from .outputs import atomic_dir
 
@@ -77,10 +78,10 @@ REPORT_FILE = 'calibration_report.json'
 _HUB_KWARGS = ('cache_dir', 'force_download', 'proxies', 'token', 'revision', 'local_files_only', 'subfolder')
 _HYBRID_CONFIGS = {}   # teacher model_type -> config class
 _HYBRID_CLASSES = {}   # teacher model_type -> (config class, model class)
-MIXERS = {'gdn': GatedDeltaNet, 'kda': KimiDeltaAttention}   # config.taylor_calibrate['mixer'] -> the converted layers' class
+MIXERS = {'gdn': GatedDeltaNet, 'kda': KimiDeltaAttention, 'mamba2': Mamba2Layer}   # config.taylor_calibrate['mixer'] -> the converted layers' class
 
 def mixer_class(mixer: str) -> type:
-    "The layer class of a mixer name ('gdn': Gated DeltaNet, 'kda': Kimi Delta Attention); one line naming the accepted ones otherwise."
+    "The layer class of a mixer name ('gdn': Gated DeltaNet, 'kda': Kimi Delta Attention, 'mamba2': Mamba2); one line naming the accepted ones otherwise."
     if mixer not in MIXERS: raise ValueError(f"unknown mixer {mixer!r}; accepted: {', '.join(repr(m) for m in MIXERS)}")
     return MIXERS[mixer]
 

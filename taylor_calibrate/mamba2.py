@@ -66,6 +66,7 @@ class Mamba2Layer(nn.Module):
         self.hidden_size, self.num_heads, self.head_dim, self.state_size, self.n_groups = hidden_size, num_heads, head_dim, state_size, n_groups
         self.intermediate = num_heads * head_dim
         self.conv_dim = self.intermediate + 2 * n_groups * state_size
+        self.key_dim, self.value_dim = n_groups * state_size, self.intermediate    # the widths of B (and C) and of x
         self.chunk_size, self.norm_eps, self.time_step_limit, self.layer_idx = chunk_size, norm_eps, tuple(time_step_limit), layer_idx
         self.in_proj = nn.Linear(hidden_size, self.intermediate + self.conv_dim + num_heads, bias=False)
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv_size, groups=self.conv_dim, padding=conv_size - 1)
@@ -99,15 +100,28 @@ class Mamba2Layer(nn.Module):
                            chunk_size=self.chunk_size)
         return y, z, ({'recurrent': S, 'conv': tail} if use_cache else None)
 
+    def gates(self, hidden_states):
+        "(write Delta_t, log-decay Delta_t A) per head, [b,T,H] each: one step size does both (GDN's `gates` gives beta_t and g_t)."
+        dt = self.in_proj(hidden_states)[..., -self.num_heads:]
+        dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.time_step_limit)
+        return dt, dt * -self.A_log.float().exp()
+
     def head_outputs(self, hidden_states, attention_mask=None):
         "The read-outs y_t = S_t C_t + D x_t per head, before the gated norm: [b,T,H,P]."
         return self._core(hidden_states, attention_mask, None, False)[0]
 
+    def gated_norm(self, y, z):
+        "w * RMSNorm(y * silu(z)), the norm over each group of heads: y [b,T,H,P], z [b,T,I] -> [b,T,I] in float32."
+        b, T = z.shape[:2]
+        u = (y.reshape(b, T, self.intermediate).float() * F.silu(z.float())).view(b, T, self.n_groups, -1)
+        return (u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + self.norm_eps)).view(b, T, -1) * self.norm.weight.float()
+
+    def emitted(self, hidden_states, attention_mask=None):
+        "What each head emits into out_proj, [b,T,H,P] in float32."
+        y, z, _ = self._core(hidden_states, attention_mask, None, False)
+        return self.gated_norm(y, z).view(*z.shape[:2], self.num_heads, self.head_dim)
+
     def forward(self, hidden_states, attention_mask=None, state=None, use_cache=False):
         "(b,T,D) -> ((b,T,D), new state or None). `attention_mask`: 2-D (b,T), 1 = token, 0 = padding."
-        b, T, _ = hidden_states.shape
         y, z, new_state = self._core(hidden_states, attention_mask, state, use_cache)
-        u = y.reshape(b, T, self.intermediate).float() * F.silu(z.float())          # gate, then RMSNorm over each group
-        u = u.view(b, T, self.n_groups, -1)
-        u = (u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + self.norm_eps)).view(b, T, -1) * self.norm.weight.float()
-        return self.out_proj(u.to(hidden_states.dtype)), new_state
+        return self.out_proj(self.gated_norm(y, z).to(hidden_states.dtype)), new_state

@@ -200,11 +200,11 @@ def test_explore_without_jupyterlab_says_how_to_install_it(monkeypatch, capsys, 
     assert list(tmp_path.iterdir()) == []                                   # nothing written before the check
 
 def test_an_unknown_mixer_is_refused_by_the_parser():
-    "demo and convert take --mixer gdn or kda, and name both choices otherwise (exit 2), before loading anything."
+    "demo and convert take --mixer gdn, kda or mamba2, and name the choices otherwise (exit 2), before loading anything."
     for cmd in (['demo'], ['convert', '--teacher', 'no-such-teacher', '--out', 'no-such-out']):
         r = run(*cmd, '--mixer', 'mamba')
         assert r.returncode == 2 and 'Traceback' not in r.stderr
-        assert "argument --mixer: invalid choice: 'mamba' (choose from 'gdn', 'kda')" in r.stderr, r.stderr
+        assert "argument --mixer: invalid choice: 'mamba' (choose from 'gdn', 'kda', 'mamba2')" in r.stderr, r.stderr
 
 def test_the_mixer_names_of_the_parser_are_the_hybrids():
     from taylor_calibrate.cli import _MIXERS

@@ -81,15 +81,14 @@ def test_calibrate_gives_every_key_channel_its_heads_distance():
     assert rows and all(math.isfinite(r['half_life']) and math.isfinite(r['beta']) for r in rows)
 
 def test_pair_distances_reach_the_channels_when_given():
-    "kda_phase1 with head_stats['pair_distance'] (how bench/kda_decay.py compares) sets each channel from its rotary pair."
-    from taylor_calibrate.core import b_dt, get_recipe
-    from taylor_calibrate.kda_calibrate import kda_phase1
+    "phase1 on a KDA layer with head_stats['pair_distance'] (how bench/kda_decay.py compares) sets each channel from its rotary pair."
+    from taylor_calibrate.core import b_dt, get_recipe, phase1
     torch.manual_seed(0)
     kda = KimiDeltaAttention(hidden_size=32, num_heads=2, head_dim=8)
     x, mask = torch.randn(2, 16, 32), torch.ones(2, 16, dtype=torch.bool)
     pairs = torch.tensor([[2., 4., float('nan'), 8.], [16., 32., 64., 128.]])
     stats = dict(mean_distance=torch.tensor([5., 6.]), entropy=torch.tensor([1., 2.]), rel_entropy=torch.tensor([.3, .6]), pair_distance=pairs)
-    kda_phase1(kda, stats, x, torch.randn(2, 16, 2, 8), mask, get_recipe('phase1'))
+    phase1(kda, stats, x, torch.randn(2, 16, 2, 8), mask, get_recipe('phase1'))
     want = torch.tensor([[2., 4., 5., 8.] * 2, [16., 32., 64., 128.] * 2])
     torch.testing.assert_close(kda.dt_bias.detach().view(2, 8), b_dt(want).float())
 
