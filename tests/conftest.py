@@ -18,3 +18,17 @@ def with_dynamics(hybrid, seed=1):
             m.A_log.copy_(torch.empty_like(m.A_log).uniform_(-3, 0, generator=g)); m.dt_bias.copy_(torch.randn(m.dt_bias.shape, generator=g))
             m.b_proj.weight.copy_(0.2 * torch.randn(m.b_proj.weight.shape, generator=g)); m.g_proj.weight.mul_(0.1)
     return hybrid
+
+def saved_and_reloaded_generates_exactly(hybrid, path, vocab: int = 96):
+    "Save `hybrid` with save_hybrid, load it with AutoModelForCausalLM: assert the same logits bitwise and that cached greedy decoding equals argmax of full forwards; return the loaded model."
+    from transformers import AutoModelForCausalLM
+    from taylor_calibrate.hybrid import save_hybrid
+    save_hybrid(hybrid, path)
+    loaded = AutoModelForCausalLM.from_pretrained(path)
+    ids = torch.randint(0, vocab, (2, 21), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, hybrid(ids).logits, rtol=0, atol=0)
+        out = loaded.generate(ids[:, :9], max_new_tokens=8, do_sample=False)
+        for t in range(9, 17):   # every generated token is the argmax of a forward over the whole prefix, no cache
+            assert torch.equal(out[:, t], loaded(out[:, :t], use_cache=False).logits[:, -1].argmax(-1))
+    return loaded

@@ -46,17 +46,10 @@ from taylor_calibrate.kda import KimiDeltaAttention
 
 def test_a_kda_hybrid_saves_loads_and_generates_exactly(tmp_path):
     "The saved config names the mixer; the loaded model is the same function; decoding with the cache equals full forwards."
-    from taylor_calibrate.hybrid import save_hybrid
+    from conftest import saved_and_reloaded_generates_exactly
     h = to_hybrid(random_teacher('llama'), [0], mixer='kda')
     assert h.config.taylor_calibrate['mixer'] == 'kda' and all(isinstance(g, KimiDeltaAttention) for g in gdn_modules(h).values())
-    save_hybrid(h, tmp_path/'h')
-    h2 = AutoModelForCausalLM.from_pretrained(tmp_path/'h')
-    ids = torch.randint(0, 96, (2, 21), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        torch.testing.assert_close(h2(ids).logits, h(ids).logits, rtol=0, atol=0)
-        out = h2.generate(ids[:, :9], max_new_tokens=8, do_sample=False)
-        for t in range(9, 17):   # every generated token is the argmax of a forward over the whole prefix, no cache
-            assert torch.equal(out[:, t], h2(out[:, :t], use_cache=False).logits[:, -1].argmax(-1))
+    saved_and_reloaded_generates_exactly(h, tmp_path/'h')
 
 def test_unknown_mixer_is_one_line_before_any_compute():
     from taylor_calibrate.core import calibrate

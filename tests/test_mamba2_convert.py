@@ -70,21 +70,14 @@ def test_zero_gate_silences_mamba2_layers_exactly():
 
 def test_a_mamba2_hybrid_saves_loads_and_generates_exactly(tmp_path):
     "The saved config names the mixer; the loaded model is the same function; decoding with the cache equals full forwards; the state's bytes are as `gdn_state_bytes` says."
-    from taylor_calibrate.hybrid import save_hybrid
+    from conftest import saved_and_reloaded_generates_exactly
     from taylor_calibrate.cache import cache_bytes, measured_cache_bytes
     from transformers import DynamicCache
     h = to_hybrid(random_teacher('qwen2'), [0], mixer='mamba2')
     assert h.config.taylor_calibrate['mixer'] == 'mamba2'
-    save_hybrid(h, tmp_path/'h')
-    h2 = AutoModelForCausalLM.from_pretrained(tmp_path/'h')
-    ids = torch.randint(0, 96, (2, 21), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        torch.testing.assert_close(h2(ids).logits, h(ids).logits, rtol=0, atol=0)
-        out = h2.generate(ids[:, :9], max_new_tokens=8, do_sample=False)
-        for t in range(9, 17):   # every generated token is the argmax of a forward over the whole prefix, no cache
-            assert torch.equal(out[:, t], h2(out[:, :t], use_cache=False).logits[:, -1].argmax(-1))
-        cache = DynamicCache(config=h2.config)
-        h2(ids, cache=cache, use_cache=True)
+    h2 = saved_and_reloaded_generates_exactly(h, tmp_path/'h')
+    cache = DynamicCache(config=h2.config)
+    with torch.no_grad(): h2(torch.randint(0, 96, (2, 21)), cache=cache, use_cache=True)
     assert measured_cache_bytes(cache)['gdn'] == cache_bytes(h2.config, 21, batch_size=2)['gdn']
 
 def test_export_and_vllm_plugin_refuse_mamba2_layers_by_name():
