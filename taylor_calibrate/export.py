@@ -26,6 +26,13 @@ def _mlp_kind(mlp) -> str:
     if all(isinstance(getattr(mlp, n, None), nn.Linear) for n in ('gate_proj', 'up_proj', 'down_proj')): return 'dense'
     return 'other'
 
+def _mlp_blockers(layers, kinds) -> list[str]:
+    "What no layout here represents in a hybrid's MLPs: one without gate/up/down projections, or with biases."
+    out = ['an MLP without gate/up/down projections'] if 'other' in kinds else []
+    if any(getattr(getattr(l.mlp, n, None), 'bias', None) is not None for l in layers for n in ('gate_proj', 'up_proj', 'down_proj')):
+        out.append('MLP biases')
+    return out
+
 def _spec_of(model) -> dict:
     spec = getattr(getattr(model, 'config', None), 'taylor_calibrate', None)
     if not spec or not converted_layers(model): raise ValueError('not a hybrid: it has no converted GDN layers (config.taylor_calibrate)')
@@ -49,9 +56,7 @@ def _granite_blockers(model, spec) -> list[str]:
     if any(w is not None for i, w in enumerate(_layer_windows(c)) if i not in conv): out.append('sliding-window attention in kept layers')
     if len({float(a.scaling) for a in kept}) > 1: out.append('kept layers with different attention scales (the layout has one)')
     if 'moe' in kinds: out.append('mixture-of-experts MLP')
-    if 'other' in kinds: out.append('an MLP without gate/up/down projections')
-    if any(getattr(getattr(l.mlp, n, None), 'bias', None) is not None for l in layers for n in ('gate_proj', 'up_proj', 'down_proj')):
-        out.append('MLP biases')
+    out += _mlp_blockers(layers, kinds)
     if getattr(c, 'hidden_act', None) != 'silu':
         out.append(f"hidden_act {c.hidden_act!r} (the layout also applies it after the Mamba2 convolution, where ours is SiLU)")
     if (w := o['num_heads'] * o['head_dim']) % c.hidden_size:
@@ -80,9 +85,7 @@ def export_blockers(model, layout: str = 'qwen3_5') -> list[str]:
         moe = [l.mlp for l in layers if _mlp_kind(l.mlp) == 'moe']
         if any(hasattr(m, 'shared_expert') for m in moe): out.append('a shared expert')
         if moe and not getattr(c, 'norm_topk_prob', False): out.append('routing weights not renormalised (norm_topk_prob=False)')
-    if 'other' in kinds: out.append('an MLP without gate/up/down projections')
-    if any(getattr(getattr(l.mlp, n, None), 'bias', None) is not None for l in layers for n in ('gate_proj', 'up_proj', 'down_proj')):
-        out.append('MLP biases')
+    out += _mlp_blockers(layers, kinds)
     if getattr(c, 'hidden_act', None) != 'silu': out.append(f'hidden_act {c.hidden_act!r} (the layout also applies it to GDN q/k/v)')
     if o['qkv_activation'] != 'silu': out.append(f"GDN q/k/v activation {o['qkv_activation']!r} (the layout applies hidden_act)")
     if o['allow_neg_eigval']: out.append('negative eigenvalues (allow_neg_eigval=True)')
