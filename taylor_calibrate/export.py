@@ -97,6 +97,10 @@ def attention_interval(layer_types) -> int | None:
     full, L = [i for i, t in enumerate(layer_types) if t == 'full_attention'], len(layer_types)
     return next((n for n in range(1, L + 2) if full == [i for i in range(L) if (i + 1) % n == 0]), None)
 
+def _rope_parameters(c) -> dict:
+    "The teacher config's rotary parameters as transformers 5 writes them (`rope_theta` alone for a config without them)."
+    return dict(getattr(c, 'rope_parameters', None) or {'rope_type': 'default', 'rope_theta': getattr(c, 'rope_theta', 10000.0)})
+
 def _native_config(model, layout):
     "The layout's config for hybrid `model`, and the residual-stream scale s that gives every norm the GDN's eps."
     from transformers import AutoConfig
@@ -105,7 +109,7 @@ def _native_config(model, layout):
     spec, c = _spec_of(model), model.config
     o, conv, L = spec['gdn_options'], set(spec['converted_layers']), c.num_hidden_layers
     s = math.sqrt(o['norm_eps'] / c.rms_norm_eps)
-    rope = dict(getattr(c, 'rope_parameters', None) or {'rope_type': 'default', 'rope_theta': getattr(c, 'rope_theta', 10000.0)})
+    rope = _rope_parameters(c)
     rope.setdefault('partial_rotary_factor', 1.0)
     kw = dict(vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_hidden_layers=L, num_attention_heads=c.num_attention_heads,
               num_key_value_heads=c.num_key_value_heads, head_dim=_head_dim(c), hidden_act=c.hidden_act,
@@ -135,7 +139,7 @@ def _granite_config(model):
     o, conv, L, d = spec['gdn_options'], set(spec['converted_layers']), c.num_hidden_layers, _head_dim(c)
     s, kept = math.sqrt(o['norm_eps'] / c.rms_norm_eps), _kept_attention(model)   # a hybrid keeps one layer at least
     g = decoder_layers(model)[min(conv)].self_attn.gdn
-    rope = dict(getattr(c, 'rope_parameters', None) or {'rope_type': 'default', 'rope_theta': getattr(c, 'rope_theta', 10000.0)})
+    rope = _rope_parameters(c)
     kw = dict(vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_hidden_layers=L, num_attention_heads=c.num_attention_heads,
               num_key_value_heads=c.num_key_value_heads, head_dim=d, hidden_act=c.hidden_act, max_position_embeddings=c.max_position_embeddings,
               initializer_range=c.initializer_range, rms_norm_eps=o['norm_eps'], use_cache=True, tie_word_embeddings=c.tie_word_embeddings,
