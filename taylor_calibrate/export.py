@@ -145,7 +145,8 @@ def _granite_config(model):
               initializer_range=c.initializer_range, rms_norm_eps=o['norm_eps'], use_cache=True, tie_word_embeddings=c.tie_word_embeddings,
               position_embedding_type='rope', rope_parameters=rope, attention_bias=_qkv_bias(model), attention_dropout=c.attention_dropout,
               attention_multiplier=float(kept[0].scaling), embedding_multiplier=s, residual_multiplier=s,
-              logits_scaling=1.0, num_local_experts=0, intermediate_size=c.intermediate_size, shared_intermediate_size=c.intermediate_size,
+              logits_scaling=1.0, num_local_experts=0, num_experts_per_tok=0,   # dense: no experts, none routed to
+              intermediate_size=c.intermediate_size, shared_intermediate_size=c.intermediate_size,
               layer_types=['linear_attention' if i in conv else 'full_attention' for i in range(L)],
               mamba_n_heads=o['num_heads'], mamba_d_head=o['head_dim'], mamba_d_state=o['state_size'], mamba_n_groups=o['n_groups'],
               mamba_d_conv=g.conv1d.kernel_size[0], mamba_expand=o['num_heads'] * o['head_dim'] // c.hidden_size,

@@ -37,7 +37,8 @@ def test_export_is_the_hybrid(kind, tmp_path):
     assert (cfg['model_type'], cfg['architectures'], res['model_class']) == ('granitemoehybrid', ['GraniteMoeHybridForCausalLM'], 'GraniteMoeHybridForCausalLM')
     assert cfg['layer_types'] == ['attention' if i in keep else 'mamba' for i in range(4)]
     assert cfg['embedding_multiplier'] == cfg['residual_multiplier'] == pytest.approx(math.sqrt(10), abs=1e-12)   # eps 1e-5 against 1e-6
-    assert (cfg['num_local_experts'], cfg['mamba_expand'], cfg['attention_bias'], cfg['tie_word_embeddings']) == (0, 1, kind == 'qwen2', kind == 'qwen2')
+    assert (cfg['num_local_experts'], cfg['num_experts_per_tok'], cfg['mamba_expand'], cfg['attention_bias'], cfg['tie_word_embeddings']) == \
+        (0, 0, 1, kind == 'qwen2', kind == 'qwen2')
     assert res['imported'] == [] and res['same_tokens'], res
     assert res['max_abs_diff'] < 1e-5, res
     assert [l.split(':')[0] for l in res['engine_problems']] == ['llama.cpp', 'llama.cpp']   # Mamba2 width 1 x hidden_size, RoPE
