@@ -16,8 +16,12 @@ This script runs the real engine, not a reading of its code:
    in float32 and in bfloat16. The export's own rounding gap is max |logprob_bf16 - logprob_fp32|.
 3. Starts vLLM's OpenAI-compatible server on 127.0.0.1 (bfloat16, eager, one CPU core), asks /v1/completions for the
    prompt log-probabilities of several prompts of different lengths, once as one batched request (so the engine runs
-   several sequences' recurrent states together) and once one prompt at a time, and stops the server.
-4. Passes when max |logprob_vllm - logprob_fp32| <= 2 x gap and max |batched - one at a time| <= 2 x gap.
+   several sequences' recurrent states together) and once one prompt at a time, then has it decode 16 greedy tokens
+   after every prompt in one request (its decode path: one token a step from the carried state and cache), and
+   stops the server. The reference then scores each prompt followed by vLLM's tokens.
+4. Passes when max |logprob_vllm - logprob_fp32| <= 2 x gap and max |batched - one at a time| <= 2 x gap, and when
+   the decoded tokens' log-probabilities are within twice the larger of that gap and the export's own gap at those
+   tokens of the reference's, and each decoded token is the reference's most likely one to within the same.
 
 Per placement it writes the gap, the differences and the verdict to `--out` (JSON), prints a summary, and exits
 non-zero when a check fails.
@@ -81,6 +85,7 @@ DTYPES = ('bfloat16', 'float32')   # what the server (and the reference beside i
 # name -> kept attention layers of the Mamba2 hybrids exported as granitemoehybrid (`--mixer mamba2`)
 GRANITE_EXPORTS = {'llama': [0], 'qwen2': [3], 'smollm2-135m': 'uniform:0.25'}
 QUICK_GRANITE_EXPORTS = ('llama',)
+DECODE_TOKENS = 16            # greedy tokens decoded after each prompt, one request for all prompts
 FP32_TOLERANCE_FLOOR = 1e-4   # served in float32: the tolerance is max(2 x the export's fp32-fp64 gap, this)
 
 
@@ -223,14 +228,15 @@ a = json.loads(sys.argv[1])
 out = {}
 for name in a['dtypes']:
     m = AutoModelForCausalLM.from_pretrained(a['dir'], dtype=getattr(torch, name)).eval()
-    lps = []
+    lps, best = [], []
     with torch.no_grad():
         for p in a['prompts']:
             ids = torch.tensor([p])
             logits = m(ids).logits[0, :-1]
             lp = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)   # float32, or float64 in float64
             lps.append(lp.gather(1, ids[0, 1:, None])[:, 0].tolist())
-    out[name] = lps
+            best.append(lp.max(-1).values.tolist())
+    out[name], out[name + '_max'] = lps, best
 out['model_class'] = type(m).__name__
 out['imported'] = [k for k in ('taylor_calibrate', 'fla') if sys.modules.get(k) is not None]
 json.dump(out, open(a['out'], 'w'))
@@ -303,6 +309,13 @@ def engine_steps(base: str) -> tuple[float, float]:
     val = lambda name: sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith(name + '{'))
     return val('vllm:iteration_tokens_total_count'), val('vllm:iteration_tokens_total_sum')
 
+def vllm_decode(base: str, prompts, n: int, timeout: float = 300) -> list[tuple[list[int], list[float]]]:
+    "Greedy decoding of `n` tokens after each prompt, all in one request: per prompt, the token ids and their log-probabilities."
+    body = dict(model='hybrid', prompt=prompts, max_tokens=n, temperature=0.0, logprobs=0, ignore_eos=True, return_tokens_as_token_ids=True)
+    r = _post(base + '/v1/completions', body, timeout)
+    return [([int(t.split(':')[1]) for t in c['logprobs']['tokens']], c['logprobs']['token_logprobs'])
+            for c in sorted(r['choices'], key=lambda c: c['index'])]
+
 def vllm_logprobs(base: str, prompts, timeout: float = 300) -> list[list[float]]:
     "Prompt-token log-probabilities from one /v1/completions request holding all `prompts` (token ids)."
     body = dict(model='hybrid', prompt=prompts, max_tokens=1, temperature=0.0, echo=True, logprobs=0)
@@ -342,6 +355,7 @@ def check_dir(py: Path, directory: Path, lengths, core: int, log_dir: Path, star
                 s1 = engine_steps(base)
                 single = [vllm_logprobs(base, [p])[0] for p in prompts]
                 s2 = engine_steps(base)
+                decoded = vllm_decode(base, prompts, DECODE_TOKENS)
                 t_req = time.time() - t0
         except Exception as e:   # recorded as a failed check; the other dtypes still run
             out[dtype] = dict(error=f'{type(e).__name__}: {e}')
@@ -364,7 +378,18 @@ def check_dir(py: Path, directory: Path, lengths, core: int, log_dir: Path, star
         truth = 'fp32' if dtype == 'bfloat16' else 'fp64'
         res['pass_logprobs'] = max(res[f'vllm_vs_{truth}'], res[f'vllm_single_vs_{truth}']) <= tol
         res['pass_batched'] = res['batched_vs_single'] <= tol
-        res['pass'] = res['pass_logprobs'] and res['pass_batched']
+        # decoding: the reference scores each prompt followed by vLLM's greedy tokens, in the precision the check uses
+        # (and in the served precision, for the export's own rounding gap at the decoded tokens, which the tolerance takes in)
+        ref_dtype = 'float32' if dtype == 'bfloat16' else 'float64'
+        dref = reference_logprobs(directory, [p + toks for p, (toks, _) in zip(prompts, decoded)], dtypes=(ref_dtype, dtype))
+        at = [(i, len(p) - 1 + k, lp) for i, (p, (_, lps)) in enumerate(zip(prompts, decoded)) for k, lp in enumerate(lps)]
+        decode_gap = max(abs(dref[dtype][i][j] - dref[ref_dtype][i][j]) for i, j, _ in at)
+        decode_tol = max(tol, 2 * decode_gap)
+        res.update(decode_tokens=DECODE_TOKENS, decode_gap=decode_gap, decode_tolerance=decode_tol,
+                   **{f'vllm_decode_vs_{truth}': max(abs(lp - dref[ref_dtype][i][j]) for i, j, lp in at)},
+                   decode_greedy_shortfall=max(dref[ref_dtype + '_max'][i][j] - dref[ref_dtype][i][j] for i, j, _ in at))
+        res['pass_decode'] = res[f'vllm_decode_vs_{truth}'] <= decode_tol and res['decode_greedy_shortfall'] <= decode_tol
+        res['pass'] = res['pass_logprobs'] and res['pass_batched'] and res['pass_decode']
         out[dtype] = res
     return out
 
@@ -434,6 +459,7 @@ def main(argv=None) -> int:
                 f, gap, truth = ('.4f', 'bf16_fp32_gap', 'fp32') if dtype == 'bfloat16' else ('.2e', 'fp32_fp64_gap', 'fp64')
                 print(f"[{k}] gap {r[gap]:{f}}  vLLM-{truth} {r['vllm_vs_' + truth]:{f}}  batched-single "
                       f"{r['batched_vs_single']:{f}} ({len(r['prompt_lengths'])} prompts in {r['engine_steps']['batched']} engine steps)  "
+                      f"decode-{truth} {r['vllm_decode_vs_' + truth]:{f}} (tolerance {r['decode_tolerance']:{f}})  "
                       f"tolerance {r['tolerance']:{f}}  {'PASS' if r['pass'] else 'FAIL'}", flush=True)
     report = dict(all_pass=all(r['pass'] for r in results.values()), quick=a.quick, versions=_versions(py),
                   settings=dict(dtype=dtypes[0] if len(dtypes) == 1 else list(dtypes), enforce_eager=True, max_model_len=MAX_MODEL_LEN, prefix_caching=False,
