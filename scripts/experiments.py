@@ -80,11 +80,33 @@ def save_report(out_dir, key, report_json):
 
 def claim_name(key): return hashlib.sha1(key.encode()).hexdigest()
 
+def _boot_id():
+    try: return Path('/proc/sys/kernel/random/boot_id').read_text().strip()
+    except OSError: return 'unknown'
+
+def claim_is_live(path: Path) -> bool:
+    """Whether the claim file at `path` still holds: its process (boot id and pid, written by `claim`) is running. An
+    empty claim is being written if it is under a minute old; older, its writer died (or predates the pid)."""
+    try: text, age = path.read_text(), time.time() - path.stat().st_mtime
+    except OSError: return False
+    if not text.strip(): return age < 60
+    boot, pid = text.split()
+    if boot != _boot_id(): return False
+    try: os.kill(int(pid), 0); return True
+    except ProcessLookupError: return False
+    except PermissionError: return True
+
 def claim(out_dir, key):
-    "True if this process is the first to claim `key` (an exclusive file create)."
-    d = Path(out_dir)/'.claims'; d.mkdir(exist_ok=True)
-    try: os.close(os.open(d/claim_name(key), os.O_CREAT | os.O_EXCL | os.O_WRONLY)); return True
-    except FileExistsError: return False
+    "True if this process is the first to claim `key` (an exclusive file create holding its boot id and pid); a claim whose process is gone is taken over."
+    path = Path(out_dir)/'.claims'/claim_name(key); path.parent.mkdir(exist_ok=True)
+    for _ in range(2):
+        try: fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if claim_is_live(path): return False
+            path.unlink(missing_ok=True); continue
+        with os.fdopen(fd, 'w') as f: f.write(f'{_boot_id()} {os.getpid()}')
+        return True
+    return False
 
 # ----- running one job -----
 def budget(a): return dict(steps=3, calib_tokens=1024, heldout_tokens=512) if a.mini else {}
@@ -202,7 +224,7 @@ def work(a):
         ledger, waiting, ran = read_ledger(a.out_dir, sid), False, False
         for job in todo:
             key = job_key(job)
-            if key in ledger or (Path(a.out_dir)/'.claims'/claim_name(key)).exists(): continue
+            if key in ledger or claim_is_live(Path(a.out_dir)/'.claims'/claim_name(key)): continue
             src = selection_source(job)
             if src is not None and job_key(src) not in ledger: waiting = True; continue
             if not claim(a.out_dir, key): continue
@@ -271,14 +293,11 @@ def _ratio(naive, calibrated, budget):
 
 def run_workers(a, work, script):
     """Run the unfinished runs: in this process (`a.worker` set, or one worker) or in `a.workers` processes of `script`
-    that share the run list through claim files (stale claims of an interrupted run are cleared first, except by a
-    summary, which runs nothing). True if this is a worker."""
+    that share the run list through claim files (a claim whose process is gone, as an interrupted run leaves it, is
+    taken over; a live one, another invocation's worker included, is left to it). True if this is a worker."""
     out_dir = Path(a.out_dir); out_dir.mkdir(parents=True, exist_ok=True)
     if a.worker is not None: work(a); return True
-    if a.summarise_only: return False            # a summary runs nothing and leaves running workers' claims alone
-    claims = out_dir/'.claims'
-    if claims.exists():
-        for f in claims.iterdir(): f.unlink()
+    if a.summarise_only: return False            # a summary runs nothing
     if a.workers == 1: a.worker = 0; work(a)
     else:
         procs = [subprocess.Popen([sys.executable, script, *sys.argv[1:], '--worker', str(w), '--threads', str(max(1, a.threads // a.workers))])

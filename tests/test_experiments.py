@@ -1,5 +1,5 @@
 "A miniature run of scripts/experiments.py (every part, a few steps each, two workers) keeps the experiment code path tested."
-import json, subprocess, sys
+import json, os, subprocess, sys
 from conftest import ROOT
 
 def run(out, *extra):
@@ -108,3 +108,22 @@ def test_a_gauge_sweep_runs_only_the_inits_it_is_given(tmp_path):
     assert {j['init'] for j in jobs} == {'naive'} and {j['k'] for j in jobs} == {1.0, 10.0}
     res = json.loads((tmp_path/'gauge.json').read_text())
     assert res['setup']['runs_missing'] == [] and set(res['runs']['uniform:0.25']) == {'naive'}
+
+def test_a_claim_of_a_finished_process_is_taken_over_and_a_live_one_is_not(tmp_path):
+    "A killed run leaves its claims behind: the next worker takes them over, while a running worker's claim stays its own."
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import experiments as e
+    done = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True, text=True)
+    dead_pid = int(done.stdout)                                   # a process that has exited
+    d = tmp_path/'.claims'; d.mkdir()
+    (d/e.claim_name('gone')).write_text(f'{e._boot_id()} {dead_pid}')
+    (d/e.claim_name('running')).write_text(f'{e._boot_id()} {os.getppid()}')      # pytest's parent runs
+    (d/e.claim_name('other boot')).write_text(f'not-this-boot {os.getppid()}')
+    assert e.claim(tmp_path, 'gone') and not e.claim(tmp_path, 'running') and e.claim(tmp_path, 'other boot')
+    assert (d/e.claim_name('gone')).read_text() == f'{e._boot_id()} {os.getpid()}'
+    assert e.claim_is_live(d/e.claim_name('gone')) and not e.claim(tmp_path, 'gone')   # now this process's own, and live
+    assert e.claim(tmp_path, 'new') and not e.claim_is_live(d/'absent')
+    empty = d/e.claim_name('being written'); empty.touch()
+    assert not e.claim(tmp_path, 'being written')                 # an empty claim a moment old: its writer is writing
+    os.utime(empty, (empty.stat().st_atime, empty.stat().st_mtime - 120))
+    assert e.claim(tmp_path, 'being written')                     # a minute later it is a dead writer's (or an older run's)
