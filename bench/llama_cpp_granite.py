@@ -103,7 +103,6 @@ def pad_mamba_heads(src: Path, dst: Path) -> dict:
     I = H * P
     if cfg['mamba_expand'] * E != I: raise ValueError(f'{src}: mamba_expand x hidden_size != heads x head size')
     sd = load_file(src/'model.safetensors')
-    zeros = lambda n, *rest, like: torch.zeros(n, *rest, dtype=like.dtype)
     def interleave(t, sizes, fill=0.0):
         "Each consecutive block of `t` (dim 0) followed by an equal block of `fill`."
         parts = torch.split(t, sizes)
@@ -115,7 +114,7 @@ def pad_mamba_heads(src: Path, dst: Path) -> dict:
         elif k.endswith(('conv1d.weight', 'conv1d.bias')): sd[k] = interleave(t, [I, G * N, G * N])   # x, B, C channels
         elif k.endswith(('dt_bias', 'A_log', 'D')): sd[k] = interleave(t, [H])
         elif k.endswith('norm.weight'): sd[k] = interleave(t, [I], fill=1.0)
-        elif k.endswith('out_proj.weight'): sd[k] = torch.cat([t, zeros(t.shape[0], I, like=t)], 1)
+        elif k.endswith('out_proj.weight'): sd[k] = torch.cat([t, torch.zeros_like(t)], 1)           # [hidden, I] -> [hidden, 2I]
         else: raise ValueError(f'{k}: a Mamba2 tensor this padding does not know')
     save_file({k: v.contiguous() for k, v in sd.items()}, dst/'model.safetensors', metadata={'format': 'pt'})
     cfg.update(mamba_n_heads=2 * H, mamba_n_groups=2 * G, mamba_expand=2 * cfg['mamba_expand'])
