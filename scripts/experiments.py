@@ -86,7 +86,7 @@ def _boot_id():
 
 def claim_is_live(path: Path) -> bool:
     """Whether the claim file at `path` still holds: its process (boot id and pid, written by `claim`) is running. An
-    empty claim is being written if it is under a minute old; older, its writer died (or predates the pid)."""
+    empty claim is being written if it is under a minute old; older, its writer died before writing its pid."""
     try: text, age = path.read_text(), time.time() - path.stat().st_mtime
     except OSError: return False
     if not text.strip(): return age < 60
