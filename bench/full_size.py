@@ -35,6 +35,11 @@ of one thread each, at most two at a time, all with `MALLOC_MMAP_THRESHOLD_=1310
 recipes' token budgets, then merged (`--merge`): `--shapes Qwen2.5-0.5B`, `--shapes Qwen3-0.6B` and
 `--shapes Llama-3.2-1B`; each run records its arguments. The runs of other shapes already in the output file are kept;
 `python bench/full_size.py --quick` checks the script on shrunken shapes in a minute.
+
+Per init on the registry teacher's shape (every init, its own process each; writes
+bench/results/full_size_smollm2-135m.json; the committed file: `MALLOC_MMAP_THRESHOLD_=131072`, one thread):
+`python bench/full_size.py --shapes SmolLM2-135M --inits naive zero_gate phase1 phase2 taylor taylor+ --threads 1
+--out bench/results/full_size_smollm2-135m.json`.
 """
 import argparse, json, math, os, subprocess, sys, tempfile, time
 from pathlib import Path
@@ -55,6 +60,10 @@ SHAPES = {
                          tie_word_embeddings=True, rope_parameters=dict(rope_type='llama3', rope_theta=5e5, factor=32.0,
                                                                           low_freq_factor=1.0, high_freq_factor=4.0,
                                                                           original_max_position_embeddings=8192)),
+    # the registry teacher's shape (`load_teacher('smollm2-135m')`): memory does not depend on the weights' values
+    'SmolLM2-135M': dict(kind='llama', hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, head_dim=64, vocab_size=49152, max_position_embeddings=8192, rms_norm_eps=1e-5,
+                         tie_word_embeddings=True, rope_parameters=dict(rope_type='default', rope_theta=1e5)),
     'Qwen2.5-3B': dict(kind='qwen2', hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
                        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rms_norm_eps=1e-6,
                        tie_word_embeddings=True, rope_parameters=dict(rope_type='default', rope_theta=1e6)),
@@ -63,6 +72,7 @@ SHAPES = {
                      tie_word_embeddings=False, rope_parameters=dict(rope_type='default', rope_theta=1e6)),
 }
 RUN = ['Qwen2.5-0.5B', 'Qwen3-0.6B', 'Llama-3.2-1B']
+INITS = ['naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+']
 EXTRAPOLATE = ['Qwen2.5-3B', 'Qwen3-8B']
 SEQ = 512
 # Assumed sustained rates on one H100 (not measured): teacher passes in bf16 at 40% of the 989 TFLOP/s dense peak;
@@ -272,7 +282,8 @@ def summarise(runs, quick):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--shapes', nargs='+', default=RUN, choices=RUN)
+    p.add_argument('--shapes', nargs='+', default=RUN, choices=RUN + ['SmolLM2-135M'])
+    p.add_argument('--inits', nargs='+', default=['taylor+', 'taylor'], choices=INITS)
     p.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
     p.add_argument('--steps', type=int, default=4, help='Phase-2 steps per layer (the recipes use 300)')
     p.add_argument('--calib-tokens', type=int, default=None, help="calibration tokens (held-out: an eighth); default: each recipe's own")
@@ -291,7 +302,7 @@ def main():
         return
     out = Path(a.out)
     key = lambda r: (r['shape'], r['init'], r['malloc'])
-    todo = [(n, i, _malloc()) for n in a.shapes for i in ('taylor+', 'taylor')]
+    todo = [(n, i, _malloc()) for n in a.shapes for i in a.inits]
     # runs of other (shape, init, malloc) keys already in the results file are kept: shapes can be measured in separate calls
     runs = [r for r in (json.loads(out.read_text())['runs'] if out.exists() else []) if a.merge or key(r) not in todo]
     if a.merge:

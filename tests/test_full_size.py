@@ -17,8 +17,11 @@ def test_published_shapes(root):
     assert q.tie_word_embeddings and q.rope_parameters['rope_theta'] == 1e6
     assert (q3.head_dim, q3.num_key_value_heads, q3.num_hidden_layers) == (128, 8, 28)
     assert ll.rope_parameters['rope_type'] == 'llama3' and ll.rope_parameters['factor'] == 32.0 and ll.vocab_size == 128256
+    sm = F.config_for('SmolLM2-135M')   # the registry teacher's shape (tests/test_real_teacher.py loads the teacher itself)
+    assert (sm.hidden_size, sm.num_hidden_layers, sm.num_attention_heads, sm.num_key_value_heads, sm.vocab_size) == (576, 30, 9, 3, 49152)
     # parameter counts from the configs match the models' (embeddings tied), within the biases and norms left out
-    for name, billions in (('Qwen2.5-0.5B', 0.494), ('Qwen3-0.6B', 0.596), ('Llama-3.2-1B', 1.236), ('Qwen2.5-3B', 3.086), ('Qwen3-8B', 8.19)):
+    for name, billions in (('Qwen2.5-0.5B', 0.494), ('Qwen3-0.6B', 0.596), ('Llama-3.2-1B', 1.236), ('Qwen2.5-3B', 3.086), ('Qwen3-8B', 8.19),
+                          ('SmolLM2-135M', 0.1345)):
         assert abs(F.all_params(F.config_for(name)) / 1e9 - billions) < 0.01 * billions, name
 
 
