@@ -19,7 +19,7 @@ at 25% kept, uniform policy, seed 0; `--parts budget` (not run by default) runs 
 steps (its early stopping on held-out calibration tokens decides where it stops). Every zero-shot run also records
 its VALID perplexity, on which a recipe is chosen; TEST is only reported.
 """
-import argparse, hashlib, json, os, statistics, subprocess, sys, time
+import argparse, hashlib, json, os, shutil, statistics, subprocess, sys, time
 from pathlib import Path
 import torch
 
@@ -153,8 +153,10 @@ def recipe_id(init):
 def run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept=None):
     from taylor_calibrate.core import calibrate
     from taylor_calibrate.teacher import perplexity
+    ckpt = Path(a.checkpoints)/claim_name(job_key(job))/'calibrate' if a.checkpoints else None   # a killed run resumes layer by layer
     student = calibrate(teacher, 'train', keep=kept or job['keep'], init=recipe_of(job['init']), tokenizer=tok, seed=job['seed'], progress=False,
-                        selection_data=valid_ids[:a.selection_tokens], gdn_options=dict(kv_copy=job['kv_copy']), mixer=a.mixer, **budget(a))
+                        selection_data=valid_ids[:a.selection_tokens], gdn_options=dict(kv_copy=job['kv_copy']), mixer=a.mixer,
+                        checkpoint_dir=ckpt, **budget(a))
     rep = student.calibration_report
     if a.save_students:            # kept for the long-context probes (scripts/long_context.py), named by the run's key
         from taylor_calibrate.convert import save_hybrid
@@ -179,7 +181,7 @@ def run_recovery(job, teacher, tok, valid_ids, a):
         student = load_hybrid(ckpt/'calibrated')
     else:
         student = calibrate(teacher, 'train', keep=job['keep'], init=recipe_of(job['init']), tokenizer=tok, seed=job['seed'], progress=False,
-                            mixer=a.mixer, **budget(a))
+                            mixer=a.mixer, checkpoint_dir=None if ckpt is None else ckpt/'calibrate', **budget(a))
         if ckpt is not None: save_hybrid(student, ckpt/'calibrated', tok)
     micro = a.micro_batch or a.batch_size           # windows per forward; a step still takes --batch-size windows
     log = distill(student, teacher, recovery_windows(tok, a), tokens=a.recovery_tokens, seq_len=a.seq_len, batch_size=micro,
@@ -234,6 +236,8 @@ def work(a):
                    else run_recovery(job, teacher, tok, valid_ids, a))
             if 'report' in res: save_report(a.out_dir, key, res.pop('report'))
             append_ledger(a.out_dir, dict(key=key, setup_id=sid, recipe_id=recipe_id(job['init']), job=job, seconds=time.time() - t0, **res))
+            if a.checkpoints and job['kind'] == 'zero_shot':     # its row holds the result: the layers it saved are not needed again
+                shutil.rmtree(Path(a.checkpoints)/claim_name(key), ignore_errors=True)
             what = f"ppl {res['ppl']:9.2f}" if 'ppl' in res else f"valid ppl {res['log']['eval_ppl'][0]:.2f} -> {res['log']['eval_ppl'][-1]:.2f}"
             print(f"[worker {a.worker}] {job['kind']:9} {job['keep']:13} {job['init']:9} seed {job['seed']} {job.get('kv_copy', ''):8} "
                   f"{what} ({time.time() - t0:.0f}s)", flush=True)
@@ -340,8 +344,8 @@ if __name__ == '__main__':
     p.add_argument('--worker', type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument('--summarise-only', action='store_true', help='run nothing: summarise the runs already in the ledger (e.g. after stopping early)')
     p.add_argument('--teacher', default=None, help='a teacher name load_teacher takes: tiny-qwen2 (default), tiny-qwen3, smollm2-135m')
-    p.add_argument('--checkpoints', default=None, help='recovery: keep each run\'s calibrated student and distillation checkpoints '
-                   'in this folder, one subfolder per run, so that a killed run resumes where it stopped')
+    p.add_argument('--checkpoints', default=None, help='keep each run\'s calibrated layers (and, for recovery, its calibrated student and '
+                   'distillation checkpoints) in this folder, one subfolder per run, so that a killed run resumes where it stopped')
     p.add_argument('--save-students', default=None, help='save each student (zero-shot, and recovered after distillation) in this folder, one subfolder per run')
     p.add_argument('--backfill-valid', action='store_true', help='run nothing new: add the VALID perplexity to the ledger\'s zero-shot '
                    'runs that lack it, from the students --save-students holds, then summarise')

@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument('--seq-len', type=int, default=512, help='tokens per calibration window (default: %(default)s)')
     c.add_argument('--calib-tokens', type=int, default=None, help="calibration tokens (default: the init's own budget)")
     c.add_argument('--steps', type=int, default=None, help="Phase-2 steps per layer (default: the init's own, 300)")
+    c.add_argument('--checkpoint-dir', default=None, help='save each calibrated layer here as soon as it is done; the same command '
+                   'with the same folder resumes a killed run')
     c.add_argument('--eval-tokens', type=int, default=32768, help="first tokens of the shipped corpus's test split (never used "
                    "for calibration) on which the teacher's and the hybrid's perplexities are printed; 0 for the whole split; "
                    'as demo (default: %(default)s)')
@@ -409,7 +411,8 @@ def run_convert(args) -> int:
     data = load_data_spec(args.data)
     teacher, tok = load_teacher(args.teacher, dtype=compute_dtype(args.dtype, args.device), device=args.device or 'cpu')
     student = calibrate(teacher, data, keep=keep, init=args.init, tokenizer=tok, seq_len=args.seq_len,
-                        calib_tokens=args.calib_tokens, steps=args.steps, seed=args.seed, device=args.device, mixer=args.mixer)
+                        calib_tokens=args.calib_tokens, steps=args.steps, seed=args.seed, device=args.device, mixer=args.mixer,
+                        checkpoint_dir=args.checkpoint_dir)
     rep = student.calibration_report
     print(rep.layers_frame().to_string(index=False), flush=True)
     run = dict(command='convert', teacher=args.teacher, keep=args.keep, mixer=args.mixer, init=args.init, data=args.data, seed=args.seed,
@@ -636,6 +639,7 @@ _CLI_WORDING = (
      'name another --checkpoint-dir to start over'),
     (r'pass resume=False to replace it, or another checkpoint_dir \(on the command line: another --checkpoint-dir\)',
      'name another --checkpoint-dir'),
+    (r'name another checkpoint_dir \(on the command line: another --checkpoint-dir\)', 'name another --checkpoint-dir'),
     (r"for no Phase 2 at all use init='phase1'", 'for no Phase 2 at all use --init phase1'),
     (r'pass more data or smaller calib_tokens/heldout_tokens', 'pass more --data or a smaller --calib-tokens'),
     (r'fewer than one window of seq_len=(\d+)', r'fewer than one window of --seq-len \1'),

@@ -6,7 +6,7 @@
 __all__ = ['ADAMW_BETAS', 'TARGET_COLORS', 'MIXED_PRECISION', 'SCHEDULES', 'distill_loss', 'mixer_parameter_names', 'param_groups', 'token_windows', 'EpochSampler', 'DistillLog', 'recovery_curve', 'tokens_to_reach', 'distill', 'CKPT', 'CKPT_TMP', 'CKPT_OLD', 'STATE', 'LOG', 'latest_checkpoint', 'read_checkpoint', 'save_checkpoint', 'load_checkpoint']
 
 # %% ../nbs/06_distill.ipynb #43f5dc24
-import dataclasses, hashlib, json, logging, math, numbers, os, shutil, time, warnings
+import dataclasses, json, logging, math, numbers, os, shutil, time, warnings
 from pathlib import Path
 import torch, torch.nn.functional as F
 import pandas as pd
@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from .teacher import perplexity
 from .hybrid import teacher_model_type
 from .convert import unshare_weights
+from .core import windows_fingerprint
 
 # %% ../nbs/06_distill.ipynb #4950fe21
 def distill_loss(student_logits, teacher_logits, input_ids=None, ce_weight: float = 0.0):
@@ -179,9 +180,6 @@ def _positive_int(name, value, minimum=1):
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
         raise ValueError(f'{name} must be {"a positive" if minimum else "a non-negative"} integer, got {value!r}')
 
-def _fingerprint(windows: torch.Tensor) -> str:
-    return f'{tuple(windows.shape)}:' + hashlib.blake2b(windows.contiguous().numpy().tobytes(), digest_size=16).hexdigest()
-
 def _every(tokens_interval, tokens_per_step: int, default: int) -> int:
     if tokens_interval is None: return default
     if tokens_interval <= 0: raise ValueError(f'evaluation/checkpoint intervals must be positive token counts, got {tokens_interval}')
@@ -281,7 +279,7 @@ def distill(student,                                 # the model to train, in pl
                   schedule=schedule, warmup_steps=warmup_steps, schedule_steps=total_steps if schedule in _BUDGET_SCHEDULES else None,
                   ce_weight=ce_weight, grad_clip=grad_clip, weight_decay=weight_decay, adamw_betas=list(ADAMW_BETAS), seed=seed,
                   mixed_precision=acc.mixed_precision, num_processes=P, tokens_per_step=tokens_per_step,
-                  n_windows=len(windows), eval_tokens=None if eval_ids is None else eval_ids.numel(), data=_fingerprint(windows))
+                  n_windows=len(windows), eval_tokens=None if eval_ids is None else eval_ids.numel(), data=windows_fingerprint(windows))
     ckpt = latest_checkpoint(checkpoint_dir) if checkpoint_dir is not None and resume else None
     saved = read_checkpoint(ckpt) if ckpt is not None else None
     if saved is not None:

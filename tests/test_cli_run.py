@@ -182,3 +182,18 @@ def test_probe_answers_the_same_prompts_with_teacher_and_student_side_by_side(tm
                       (['--student', tmp_path/'nothing'], f"--student {tmp_path/'nothing'}: no saved model there (no config.json)")):
         r = run('probe', *bad)
         assert r.returncode == 1 and r.stderr.strip().splitlines() == [f'taylor-calibrate probe: error: {line}'], r.stderr
+
+def test_convert_resumes_from_its_checkpoint_dir(tmp_path):
+    "A second convert with the same --checkpoint-dir loads the layers the first calibrated; other settings are refused in one line."
+    args = ('convert', '--teacher', 'tiny-qwen2', '--init', 'taylor', '--calib-tokens', '512', '--steps', '2', '--no-eval',
+            '--checkpoint-dir', tmp_path/'ckpt')
+    r = run(*args, '--out', tmp_path/'first')
+    assert r.returncode == 0, r.stderr
+    converted = json.loads((tmp_path/'first'/'reports.json').read_text())['taylor']['converted']
+    assert sorted(p.name for p in (tmp_path/'ckpt').glob('layer_*.pt')) == [f'layer_{l:03d}.pt' for l in converted]
+    r = run(*args, '--out', tmp_path/'again')
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path/'again'/'reports.json').read_text())['taylor']['resumed'] == converted
+    r = run(*args[:-1], tmp_path/'ckpt', '--steps', '3', '--out', tmp_path/'other')
+    assert r.returncode == 1 and r.stderr.count('\n') == 1 and 'another recipe; name another --checkpoint-dir' in r.stderr, r.stderr
+    assert not (tmp_path/'other').exists()

@@ -34,6 +34,7 @@ def test_experiments_mini(tmp_path):
     # (the restored log keeps the first run's wall time, which a fresh run would not reproduce)
     runs = [d for d in (tmp_path/'checkpoints').iterdir()]
     assert len(runs) == 4 and all((d/'calibrated'/'config.json').exists() and (d/'distill'/'ckpt').is_dir() for d in runs)
+    assert all((d/'calibrate'/'calibrate.json').exists() for d in runs)   # the calibrated layers too; a zero-shot run's go with its ledger row
     recovery = {json.loads(l)['key']: json.loads(l) for l in rows if '"recovery"' in l}
     (tmp_path/'runs.jsonl').write_text(''.join(l + '\n' for l in rows if '"recovery"' not in l))
     r = run(tmp_path, '--checkpoints', ckpt, '--micro-batch', '1')
