@@ -29,15 +29,18 @@ def ar_scores(teacher, ids: torch.Tensor, seq_len: int = 512, batch_size: int = 
     return scores
 
 def ga_s2_scores(teacher, ids: torch.Tensor, init=None, seq_len: int = 512, batch_size: int = 8, progress: bool = False,
-                 **gdn_options) -> dict[int, float]:
-    "Per-layer probes: perplexity on `ids` of a hybrid keeping only layer i as attention, the rest converted and `init`ialised."
-    scores = {}
+                 measured: dict | None = None, on_score=None, **gdn_options) -> dict[int, float]:
+    """Per-layer probes: perplexity on `ids` of a hybrid keeping only layer i as attention, the rest converted and `init`ialised.
+    Layers `measured` holds are not probed again; `on_score(i, perplexity)` is called after each probe (to save it)."""
+    scores = dict(measured or {})
     for i in tqdm(range(len(decoder_layers(teacher))), desc='ga-s2', disable=not progress):
-        probe = to_hybrid(teacher, [i], share_weights=True, **gdn_options)   # a probe is never trained
+        if i in scores: continue
+        probe = to_hybrid(teacher, [i], share_weights=True, **gdn_options)   # a probe is never trained; its seed is to_hybrid's own
         if init is not None: probe = init(probe, teacher)
         scores[i] = perplexity(probe, ids, seq_len=seq_len, batch_size=batch_size, progress=False)
+        if on_score is not None: on_score(i, scores[i])
         del probe
-    return scores
+    return dict(sorted(scores.items()))
 
 def retrieval_scores(teacher, ids: torch.Tensor, seq_len: int = 512, batch_size: int = 8, progress: bool = False,
                      far_from: int | None = None) -> dict[int, float]:
@@ -62,8 +65,10 @@ def _validation_ids(tokenizer, data, max_tokens):
 def _rank_key(v): return math.inf if math.isnan(v) else v
 
 def select_layers(teacher, policy: str, tokenizer=None, data='valid', init=None, seq_len: int = 512, max_tokens: int | None = None,
-                  batch_size: int = 8, progress: bool = True, **gdn_options) -> tuple[list[int], dict[int, float]]:
-    "Layers to keep as attention under `policy` ('uniform:f', 'ar:f', 'ga-s2:f', 'retrieval:f') and the per-layer scores behind the choice."
+                  batch_size: int = 8, progress: bool = True, measured: dict | None = None, on_score=None,
+                  **gdn_options) -> tuple[list[int], dict[int, float]]:
+    """Layers to keep as attention under `policy` ('uniform:f', 'ar:f', 'ga-s2:f', 'retrieval:f') and the per-layer scores
+    behind the choice; `measured` and `on_score` resume GA-S2's probes (`ga_s2_scores`)."""
     check_teacher(teacher)
     name, f = parse_policy(policy)
     L = len(decoder_layers(teacher)); n = kept_count(L, f)
@@ -73,7 +78,7 @@ def select_layers(teacher, policy: str, tokenizer=None, data='valid', init=None,
         scores = (ar_scores if name == 'ar' else retrieval_scores)(teacher, ids, seq_len, batch_size, progress)
         kept = sorted(scores, key=lambda i: (-_rank_key(scores[i]), i))[:n]   # largest first
     else:
-        scores = ga_s2_scores(teacher, ids, init, seq_len, batch_size, progress, **gdn_options)
+        scores = ga_s2_scores(teacher, ids, init, seq_len, batch_size, progress, measured, on_score, **gdn_options)
         kept = sorted(scores, key=lambda i: (_rank_key(scores[i]), i))[:n]    # lowest probe perplexity first
     return sorted(kept), scores
 

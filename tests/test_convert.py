@@ -196,6 +196,13 @@ def test_policies_on_shipped_teacher_use_validation_split(shipped, monkeypatch):
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert not any(m._forward_hooks for m in teacher.modules())
     print('ar', kept, scores, '\nga-s2', kept2, scores2)
+    # a resumed GA-S2: the layers already measured are not probed again, the others give the same perplexities
+    saved, calls = [], []
+    kept3, scores3 = select_layers(teacher, 'ga-s2:0.25', tokenizer=tok, max_tokens=1024, seq_len=256, progress=False,
+                                   init=lambda h, t: calls.append(converted_layers(h)) or h, measured={i: scores2[i] for i in range(5)},
+                                   on_score=lambda i, v: saved.append((i, v)))
+    assert len(calls) == 3 and [i for i, _ in saved] == [5, 6, 7] and all(v == scores2[i] for i, v in saved)
+    assert (kept3, scores3) == (kept2, scores2)
 
 def test_gradient_checkpointing_masks_padding_like_the_forward():
     ids = torch.randint(1, 96, (2, 12), generator=torch.Generator().manual_seed(5))
