@@ -2,7 +2,8 @@
 
 1. layer agreement: the same `GatedDeltaNet` weights and inputs on the CPU (our PyTorch kernel) and on
    CUDA (fla's Triton kernels): outputs, the gradients of the input and of every parameter, and chunked
-   prefill followed by single-token steps (fla's fused recurrent kernel), as relative errors.
+   prefill followed by single-token steps (fla's fused recurrent kernel), as relative errors; the same
+   for `KimiDeltaAttention` (fla's `chunk_kda` on CUDA) and `Mamba2Layer` (the package's kernel on both).
 2. kernel timing: fla's `chunk_gated_delta_rule` vs our `chunk_gated_delta_rule_torch`, both on CUDA,
    B=4, H=8, T in {2048, 8192}, head_dim 64 and 128, fp32 and bf16, forward and forward+backward
    (median of 10 after 3 warm-ups, CUDA events; peak memory).
@@ -42,6 +43,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / 'scripts'), str(ROOT / 'bench')]
 from taylor_calibrate.gdn import GatedDeltaNet, chunk_gated_delta_rule_torch  # noqa: E402
+from taylor_calibrate.kda import KimiDeltaAttention  # noqa: E402
+from taylor_calibrate.mamba2 import Mamba2Layer  # noqa: E402
 from taylor_calibrate.device import fla_kernels_available  # noqa: E402
 
 
@@ -54,11 +57,11 @@ def rel_err(a, b) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
-def layer_agreement(dev, T=300, head_dim=64, seed=0, **options):
-    "Relative errors between the layer on `dev` and the same layer on the CPU: forward, gradients, prefill + steps."
+def layer_agreement(dev, T=300, head_dim=64, seed=0, layer_class=GatedDeltaNet, **options):
+    "Relative errors between a `layer_class` layer on `dev` and the same layer on the CPU: forward, gradients, prefill + steps."
     torch.manual_seed(seed)
     H, D = 4, 256
-    cpu = GatedDeltaNet(D, H, head_dim, **options)
+    cpu = layer_class(D, H, head_dim, **options)
     with torch.no_grad():   # non-trivial biases, gate and norm weights
         for n, p in cpu.named_parameters():
             if n.endswith('bias') or n == 'o_norm.weight': p.add_(0.1 * torch.randn_like(p))
@@ -80,7 +83,7 @@ def layer_agreement(dev, T=300, head_dim=64, seed=0, **options):
         for t in range(T - 5, T):
             yt, st = gpu(x[:1, t:t + 1].to(dev), state=st, use_cache=True); steps.append(yt)
         out['prefill_then_steps'] = rel_err(torch.cat(steps, 1), full)
-    return dict(T=T, head_dim=head_dim, options=options, rel_err=out, worst=max(out.values()))
+    return dict(layer=layer_class.__name__, T=T, head_dim=head_dim, options=options, rel_err=out, worst=max(out.values()))
 
 
 def cuda_time(fn, reps=10, warmup=3):
@@ -228,7 +231,9 @@ def main():
     if 'agreement' in a.parts:
         res['layer_agreement'] = [layer_agreement(dev, T, 64),
                                   layer_agreement(dev, T, 32, use_short_conv=True, qkv_bias=True, allow_neg_eigval=True),
-                                  layer_agreement(dev, T, 64, qkv_activation='identity', use_gate=False)]
+                                  layer_agreement(dev, T, 64, qkv_activation='identity', use_gate=False),
+                                  layer_agreement(dev, T, 64, layer_class=KimiDeltaAttention),      # fla's chunk_kda on CUDA
+                                  layer_agreement(dev, T, 64, layer_class=Mamba2Layer, state_size=64)]   # the package's kernel on both
         print(res['layer_agreement'], flush=True); save()
     if 'timing' in a.parts:
         sizes = [(256, 32, torch.float32)] if a.quick else \
