@@ -16,7 +16,9 @@ which the results notebook reads. Recovery budget: `--recovery-tokens` per init 
 validation perplexity on VALID. `--parts uniform` is the grid's uniform row alone (every seed), the part run for
 each mixer (`--mixer`). `--parts ablation` (not run by default) turns each of taylor+'s switches off in turn,
 at 25% kept, uniform policy, seed 0; `--parts budget` (not run by default) runs taylor+ with a larger cap on Phase 2's
-steps (its early stopping on held-out calibration tokens decides where it stops). Every zero-shot run also records
+steps (its early stopping on held-out calibration tokens decides where it stops); `--parts policy-retention` (not run by
+default) runs naive, taylor and taylor+ at 50% kept with the AR, retrieval and GA-S2 policies, each ranking the layers
+by the scores its 25% run measured (for the long-context probes, which need the layers to carry state). Every zero-shot run also records
 its VALID perplexity, on which a recipe is chosen; TEST is only reported.
 """
 import argparse, hashlib, json, os, shutil, statistics, subprocess, sys, time
@@ -29,6 +31,7 @@ POLICIES = ('uniform:0.25', 'ar:0.25', 'ga-s2:0.25', 'retrieval:0.25')
 RECOVERY_INITS = ('naive', 'zero_gate', 'taylor', 'taylor+')
 RETENTION = (0.25, 0.5, 0.75)
 RETENTION_INITS = ('naive', 'taylor', 'taylor+')
+POLICY_RETENTION = ('ar', 'retrieval', 'ga-s2')    # part 'policy-retention': these policies at 50% kept too, their layers ranked by the 25% runs' scores
 ABLATED = ('gauge_fix', 'exact_decay', 'exact_beta', 'minibatch')   # taylor+'s switches, each turned off in turn (part 'ablation')
 ADDED = ('constant_gate',)                      # switches taylor+ lacks, each turned on in turn (part 'ablation')
 LATER_FIELDS = {'constant_gate': False}         # recipe fields younger than the ledgers: left out of a fingerprint at their default
@@ -49,6 +52,9 @@ def jobs(parts, seeds, mini=False):
                         else [])
     gqa = lambda s: [zero_shot_job('uniform:0.25', 'taylor', s, kv) for kv in ('heads', 'rows_bug')] if 'gqa' in parts else []
     retention = lambda s: [zero_shot_job(f'uniform:{f}', i, s) for f in RETENTION for i in RETENTION_INITS] if 'retention' in parts else []
+    half = lambda s: ([j for p in POLICY_RETENTION for i in RETENTION_INITS             # each with the 25% run it takes its scores from
+                       for j in (zero_shot_job(f'{p}:0.25', i if p == 'ga-s2' else INITS[0], 0), zero_shot_job(f'{p}:0.5', i, s))]
+                      if 'policy-retention' in parts else [])
     later = range(1, seeds)
     todo = row('uniform:0.25', 0) + row('ar:0.25', 0) + gqa(0) + retention(0) + row('retrieval:0.25', 0)
     todo += [j for s in later for j in row('uniform:0.25', s)]
@@ -56,8 +62,9 @@ def jobs(parts, seeds, mini=False):
     todo += [zero_shot_job('uniform:0.25', f'taylor+ without {s}', 0) for s in ABLATED] if 'ablation' in parts else []
     todo += [zero_shot_job('uniform:0.25', f'taylor+ with {s}', 0) for s in ADDED] if 'ablation' in parts else []
     todo += [zero_shot_job('uniform:0.25', f'taylor+ with steps={n}', 0) for n in STEP_CAPS] if 'budget' in parts else []
+    todo += half(0)
     todo += row('ga-s2:0.25', 0)
-    todo += [j for s in later for j in row('ar:0.25', s) + row('retrieval:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s)]
+    todo += [j for s in later for j in row('ar:0.25', s) + row('retrieval:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s) + half(s)]
     return list({job_key(j): j for j in todo}.values())        # shared cells once, first position kept
 
 # ----- the ledger -----
@@ -112,10 +119,18 @@ def claim(out_dir, key):
 def budget(a): return dict(steps=3, calib_tokens=1024, heldout_tokens=512) if a.mini else {}
 
 def selection_source(job):
-    "The run whose layer choice `job` reuses (None: it selects itself): AR and retrieval are init- and seed-free, GA-S2 depends on the init only."
+    """The run whose layer scores `job` reuses (None: it selects itself): AR and retrieval scores are init- and seed-free,
+    GA-S2's depend on the init only, and no policy's depend on the kept fraction (the 25% run's scores rank the layers)."""
     if job['kind'] != 'zero_shot' or job['keep'].startswith('uniform'): return None
-    src = dict(job, seed=0, kv_copy='heads', init=INITS[0] if job['keep'].startswith(('ar', 'retrieval')) else job['init'])
+    policy = job['keep'].split(':')[0]
+    src = dict(job, seed=0, kv_copy='heads', keep=f'{policy}:0.25', init=INITS[0] if policy in ('ar', 'retrieval') else job['init'])
     return None if src == job else src
+
+def reused_layers(job, src_row, num_layers):
+    "The layers `job` keeps, from the run it takes its layer choice from: the same choice, or its scores ranked for another fraction."
+    if src_row['job']['keep'] == job['keep']: return src_row['kept']
+    from taylor_calibrate.policies import kept_from_scores
+    return kept_from_scores(job['keep'], src_row['selection']['scores'], num_layers)
 
 SECOND_TEXT = ROOT/'LICENSE'     # the second evaluation text: the Apache License 2.0 (legal English, not Python documentation)
 
@@ -218,20 +233,28 @@ def load(a):
     return teacher, tok, corpus_token_ids(tok, 'test', a.eval_tokens), corpus_token_ids(tok, 'valid', a.valid_tokens)
 
 def work(a):
-    "Take unclaimed, unfinished runs from the list until none is left; a run that reuses another's layer choice waits for it."
+    """Take unclaimed, unfinished runs from the list until none is left; a run that reuses another's layer choice waits for
+    it, unless --inits or --policies leave that run out and no other process has it (then it is skipped, and said so)."""
     teacher, tok, test_ids, valid_ids = load(a)
     setup, sid = setup_of(a, test_ids, valid_ids)
-    todo = [j for j in jobs(a.parts.split(','), a.seeds, a.mini) if a.inits is None or j['init'] in a.inits.split(',')]
+    todo = [j for j in jobs(a.parts.split(','), a.seeds, a.mini) if (a.inits is None or j['init'] in a.inits.split(','))
+            and (a.policies is None or j['keep'].split(':')[0] in a.policies.split(','))]
+    listed, skipped = {job_key(j) for j in todo}, set()
     while True:
         ledger, waiting, ran = read_ledger(a.out_dir, sid), False, False
         for job in todo:
             key = job_key(job)
             if key in ledger or claim_is_live(Path(a.out_dir)/'.claims'/claim_name(key)): continue
             src = selection_source(job)
-            if src is not None and job_key(src) not in ledger: waiting = True; continue
+            if src is not None and job_key(src) not in ledger:
+                if job_key(src) in listed or claim_is_live(Path(a.out_dir)/'.claims'/claim_name(job_key(src))): waiting = True
+                elif key not in skipped:
+                    skipped.add(key); print(f"[worker {a.worker}] skipped {key}: it takes its layers from {job_key(src)}, "
+                                            "which is neither in the ledger nor in this run's list", flush=True)
+                continue
             if not claim(a.out_dir, key): continue
             t0 = time.time()
-            kept = ledger[job_key(src)]['kept'] if src is not None else None
+            kept = reused_layers(job, ledger[job_key(src)], teacher.config.num_hidden_layers) if src is not None else None
             res = (run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept) if job['kind'] == 'zero_shot'
                    else run_recovery(job, teacher, tok, valid_ids, a))
             if 'report' in res: save_report(a.out_dir, key, res.pop('report'))
@@ -268,7 +291,8 @@ def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl, teacher_second
     out = dict(setup=setup, teacher_test_ppl=teacher_test_ppl, teacher_valid_ppl=teacher_valid_ppl,
                **(dict(teacher_second_text_ppl=teacher_second_text_ppl, second_text=SECOND_TEXT.name) if teacher_second_text_ppl else {}),
                grid=drop_empty({f'{p}|{i}': cell(p, i) for p in POLICIES for i in INITS}),
-               retention=drop_empty({f'uniform:{f}|{i}': cell(f'uniform:{f}', i) for f in RETENTION for i in RETENTION_INITS}),
+               retention=drop_empty({f'{p}:{f}|{i}': cell(f'{p}:{f}', i) for p in ('uniform', *POLICY_RETENTION) for f in RETENTION
+                                     for i in RETENTION_INITS if p == 'uniform' or f == 0.5}),
                gqa=drop_empty({kv: cell('uniform:0.25', 'taylor', kv) for kv in ('heads', 'rows_bug')}),
                ablation=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ without {s}' for s in ABLATED),
                                                                        *(f'taylor+ with {s}' for s in ADDED))}),
@@ -350,6 +374,7 @@ if __name__ == '__main__':
     p.add_argument('--backfill-valid', action='store_true', help='run nothing new: add the VALID perplexity to the ledger\'s zero-shot '
                    'runs that lack it, from the students --save-students holds, then summarise')
     p.add_argument('--inits', default=None, help='run only these inits (comma list; default: all); the summary still reads every run in the ledger')
+    p.add_argument('--policies', default=None, help='run only these layer policies (comma list of uniform, ar, ga-s2, retrieval; default: all)')
     p.add_argument('--mixer', default='gdn', choices=('gdn', 'kda', 'mamba2'), help="the converted layers' mixer (default gdn)")
     p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/, '
                    'with _<mixer> appended for a mixer other than gdn')

@@ -226,12 +226,13 @@ def shipped(row) -> bool:
 
 def summary(rows):
     "Min and max over the rows of each group of the ratios and gap shares (medians over seeds), for quoting."
+    # the package's rows: the paper's policies only (its retrieval policy is compared with them in 08_results)
+    ours = lambda r: r['source'] == 'package' and r['policy'] != 'retrieval'
     groups = {'paper, headline rows (88x row, Qwen3-8B 25 %, Llama-3.2-3B 50 %)': [r for r in rows if r['source'] == 'paper' and r['headline']],
               'paper, all zero-shot rows': [r for r in rows if r['source'] == 'paper'],
-              'package, 25 % grid, both teachers (k = 1)': [r for r in rows if shipped(r) and r['k'] == 1.0 and r['kept'] == 0.25],
-              'package, all k = 1 rows (grid and retention)': [r for r in rows if shipped(r) and r['k'] == 1.0],
-              # the paper's policies only: the package's retrieval policy is compared with them in 08_results
-              **{f'package, real teacher {t}, 25 %': [r for r in rows if r['model'] == t and r['kept'] == 0.25 and r['policy'] != 'retrieval']
+              'package, 25 % grid, both teachers (k = 1)': [r for r in rows if ours(r) and shipped(r) and r['k'] == 1.0 and r['kept'] == 0.25],
+              'package, all k = 1 rows (grid and retention)': [r for r in rows if ours(r) and shipped(r) and r['k'] == 1.0],
+              **{f'package, real teacher {t}, 25 %': [r for r in rows if ours(r) and r['model'] == t and r['kept'] == 0.25]
                  for t in REAL_TEACHERS}}
     out = {}
     for name, rs in groups.items():

@@ -128,3 +128,31 @@ def test_a_claim_of_a_finished_process_is_taken_over_and_a_live_one_is_not(tmp_p
     assert not e.claim(tmp_path, 'being written')                 # an empty claim a moment old: its writer is writing
     os.utime(empty, (empty.stat().st_atime, empty.stat().st_mtime - 120))
     assert e.claim(tmp_path, 'being written')                     # a minute later it is a dead writer's (or an older run's)
+
+def test_policies_at_half_kept_rank_the_layers_by_their_quarter_runs_scores(tmp_path):
+    "Part 'policy-retention': each policy at 50% kept reuses the scores its 25% run measured (no second selection pass)."
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import experiments as e
+    js = e.jobs(['policy-retention'], 1)
+    assert {(j['keep'], j['init']) for j in js} == ({(f'{p}:0.5', i) for p in e.POLICY_RETENTION for i in e.RETENTION_INITS}
+                                                   | {('ar:0.25', 'naive'), ('retrieval:0.25', 'naive')} | {('ga-s2:0.25', i) for i in e.RETENTION_INITS})
+    pos = {e.job_key(j): n for n, j in enumerate(js)}
+    assert all(pos[e.job_key(e.selection_source(j))] < pos[e.job_key(j)] for j in js if j['keep'].endswith(':0.5'))
+    assert e.selection_source(e.zero_shot_job('ga-s2:0.5', 'taylor', 1)) == e.zero_shot_job('ga-s2:0.25', 'taylor', 0)
+    r = run(tmp_path, '--parts', 'policy-retention', '--inits', 'naive', '--workers', '1')
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = {(l['job']['keep']): l for l in map(json.loads, (tmp_path/'runs.jsonl').read_text().splitlines())}
+    assert set(rows) == {f'{p}:{f}' for p in e.POLICY_RETENTION for f in (0.25, 0.5)}
+    for p in e.POLICY_RETENTION:
+        quarter, half = rows[f'{p}:0.25'], rows[f'{p}:0.5']
+        assert len(half['kept']) == 4 and set(quarter['kept']) < set(half['kept'])      # 8 layers: 2 kept, then 4
+        assert half['selection'] is None                                                 # it measured no scores of its own
+        ranked = sorted(quarter['selection']['scores'].items(), key=lambda t: (float(t[1]) * (1 if p == 'ga-s2' else -1), int(t[0])))
+        assert half['kept'] == sorted(int(l) for l, _ in ranked[:4])
+    res = json.loads((tmp_path/'experiments.json').read_text())
+    assert {f'{p}:0.5|naive' for p in e.POLICY_RETENTION} <= set(res['retention'])
+
+def test_a_run_whose_layer_source_is_filtered_out_is_skipped_not_awaited(tmp_path):
+    r = run(tmp_path, '--parts', 'grid', '--seeds', '1', '--policies', 'ar', '--inits', 'taylor')   # ar:0.25 naive selects; not listed
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert 'skipped init=taylor|keep=ar:0.25' in r.stdout and not (tmp_path/'runs.jsonl').exists()
