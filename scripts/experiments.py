@@ -342,6 +342,9 @@ def main(a):
     teacher, tok, test_ids, valid_ids = load(a)
     setup, sid = setup_of(a, test_ids, valid_ids)
     ledger = read_ledger(out_dir, sid)
+    if not ledger and (out_dir/'runs.jsonl').exists() and (out_dir/'runs.jsonl').read_text().strip():
+        raise SystemExit(f"{out_dir/'runs.jsonl'} holds runs, none of setup {sid}: summarise with the options they ran with "
+                         "(--teacher, --eval-tokens, --mixer, ...); experiments.json is left as it was")
     missing = [job_key(j) for j in jobs(a.parts.split(','), a.seeds, a.mini) if job_key(j) not in ledger]
     res = summarise(ledger, dict(setup, seeds=a.seeds, parts=a.parts, selection_tokens=a.selection_tokens, runs_done=len(ledger),
                                  runs_missing=missing),

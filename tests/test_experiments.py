@@ -156,3 +156,10 @@ def test_a_run_whose_layer_source_is_filtered_out_is_skipped_not_awaited(tmp_pat
     r = run(tmp_path, '--parts', 'grid', '--seeds', '1', '--policies', 'ar', '--inits', 'taylor')   # ar:0.25 naive selects; not listed
     assert r.returncode == 0, r.stderr[-3000:]
     assert 'skipped init=taylor|keep=ar:0.25' in r.stdout and not (tmp_path/'runs.jsonl').exists()
+
+def test_a_summary_of_another_setups_ledger_fails_and_keeps_the_old_summary(tmp_path):
+    row = dict(key='init=naive|keep=uniform:0.25|kind=zero_shot|kv_copy=heads|seed=0', setup_id='another', job=dict(init='naive'))
+    (tmp_path/'runs.jsonl').write_text(json.dumps(row) + '\n'); (tmp_path/'experiments.json').write_text('{"kept": true}')
+    r = run(tmp_path, '--summarise-only')
+    assert r.returncode != 0 and 'none of setup' in r.stderr, r.stderr[-3000:]
+    assert (tmp_path/'experiments.json').read_text() == '{"kept": true}'
