@@ -46,7 +46,7 @@ def job_key(job): return '|'.join(f'{k}={job[k]}' for k in sorted(job))
 def jobs(parts, seeds, mini=False):
     """Every run the requested parts need, most informative and cheapest first: seed 0 of the uniform and AR rows, GQA,
     the retention sweep and the retrieval row; the uniform row's other seeds; recovery; the taylor+ ablation (seed 0); seed 0 of GA-S2 (its selection calibrates one probe
-    per layer); the other seeds of everything else."""
+    per layer); the other seeds of everything else, the ablation's last."""
     policies = POLICIES[:2] if mini else POLICIES
     row = lambda p, s: ([zero_shot_job(p, i, s) for i in INITS] if ('grid' in parts and p in policies) or ('uniform' in parts and p == 'uniform:0.25')
                         else [])
@@ -59,12 +59,14 @@ def jobs(parts, seeds, mini=False):
     todo = row('uniform:0.25', 0) + row('ar:0.25', 0) + gqa(0) + retention(0) + row('retrieval:0.25', 0)
     todo += [j for s in later for j in row('uniform:0.25', s)]
     todo += [recovery_job(i) for i in RECOVERY_INITS] if 'recovery' in parts else []
-    todo += [zero_shot_job('uniform:0.25', f'taylor+ without {s}', 0) for s in ABLATED] if 'ablation' in parts else []
-    todo += [zero_shot_job('uniform:0.25', f'taylor+ with {s}', 0) for s in ADDED] if 'ablation' in parts else []
+    ablation = lambda s: ([zero_shot_job('uniform:0.25', f'taylor+ without {a}', s) for a in ABLATED]
+                          + [zero_shot_job('uniform:0.25', f'taylor+ with {a}', s) for a in ADDED] if 'ablation' in parts else [])
+    todo += ablation(0)
     todo += [zero_shot_job('uniform:0.25', f'taylor+ with steps={n}', 0) for n in STEP_CAPS] if 'budget' in parts else []
     todo += half(0)
     todo += row('ga-s2:0.25', 0)
     todo += [j for s in later for j in row('ar:0.25', s) + row('retrieval:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s) + half(s)]
+    todo += [j for s in later for j in ablation(s)]
     return list({job_key(j): j for j in todo}.values())        # shared cells once, first position kept
 
 # ----- the ledger -----

@@ -59,7 +59,10 @@ def test_the_ablation_turns_off_one_switch_of_taylor_plus_at_a_time():
     for bad in ('taylor without gauge_fix', 'taylor+ without steps'):
         try: e.recipe_of(bad); raise AssertionError(bad)
         except ValueError as x: assert 'unknown init' in str(x)
-    assert [j['init'] for j in e.jobs(['ablation'], 3)] == [f'taylor+ without {s}' for s in e.ABLATED] + [f'taylor+ with {s}' for s in e.ADDED]
+    ablated = [f'taylor+ without {s}' for s in e.ABLATED] + [f'taylor+ with {s}' for s in e.ADDED]
+    assert [j['init'] for j in e.jobs(['ablation'], 1)] == ablated
+    assert [(j['init'], j['seed']) for j in e.jobs(['ablation'], 3)] == [(i, s) for s in range(3) for i in ablated]   # seed 0 of each switch first
+    assert [j['init'] for j in e.jobs(['grid', 'ablation'], 2)][-len(ablated):] == ablated                             # later seeds after everything else
 
 def test_an_addition_turns_on_one_switch_of_taylor_plus_and_old_fingerprints_hold():
     "'taylor+ with constant_gate' differs from taylor+ in that switch alone; a recipe field at its default is left out of the fingerprint, so ledger rows written before the field existed stay current."
