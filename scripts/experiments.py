@@ -384,8 +384,9 @@ if __name__ == '__main__':
     p.add_argument('--out-dir', default=None, help='default: bench/results/experiments/ (default teacher) or bench/results/experiments_<teacher>/, '
                    'with _<mixer> appended for a mixer other than gdn')
     a = p.parse_args()
+    if a.teacher == 'tiny-qwen2': a.teacher = None                      # the default teacher, named: the same ledger and setup
     if a.out_dir is None:
-        name = '_'.join(['experiments', *([] if a.teacher in (None, 'tiny-qwen2') else [a.teacher]), *([] if a.mixer == 'gdn' else [a.mixer])])
+        name = '_'.join(['experiments', *([] if a.teacher is None else [a.teacher]), *([] if a.mixer == 'gdn' else [a.mixer])])
         a.out_dir = str(ROOT/'bench'/'results'/name)
     if a.mini: a.seeds, a.eval_tokens, a.valid_tokens, a.recovery_tokens, a.seq_len, a.batch_size, a.selection_tokens = 1, 2048, 1024, 1024, 256, 2, 1024
     if a.backfill_valid and not a.save_students: p.error('--backfill-valid reads the students of --save-students: name that folder')

@@ -166,3 +166,11 @@ def test_a_summary_of_another_setups_ledger_fails_and_keeps_the_old_summary(tmp_
     r = run(tmp_path, '--summarise-only')
     assert r.returncode != 0 and 'none of setup' in r.stderr, r.stderr[-3000:]
     assert (tmp_path/'experiments.json').read_text() == '{"kept": true}'
+
+def test_naming_the_default_teacher_summarises_the_default_ledger(tmp_path):
+    "`--teacher tiny-qwen2` names the default teacher: its runs are the default ledger's (one setup), not a setup of their own."
+    (tmp_path/'runs.jsonl').write_bytes((ROOT/'bench'/'results'/'experiments'/'runs.jsonl').read_bytes())
+    r = subprocess.run([sys.executable, str(ROOT/'scripts'/'experiments.py'), '--teacher', 'tiny-qwen2', '--summarise-only',
+                        '--out-dir', str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((tmp_path/'experiments.json').read_text())['setup']['runs_done'] > 0
