@@ -16,7 +16,7 @@ which the results notebook reads. Recovery budget: `--recovery-tokens` per init 
 validation perplexity on VALID. `--parts uniform` is the grid's uniform row alone (every seed), the part run for
 each mixer (`--mixer`). `--parts ablation` (not run by default) turns each of taylor+'s switches off in turn,
 at 25% kept, uniform policy, seed 0; `--parts budget` (not run by default) runs taylor+ with a larger cap on Phase 2's
-steps (its early stopping on held-out calibration tokens decides where it stops); `--parts policy-retention` (not run by
+steps (its early stopping on held-out calibration tokens decides where it stops), and with larger learning rates; `--parts policy-retention` (not run by
 default) runs naive, taylor and taylor+ at 50% kept with the AR, retrieval and GA-S2 policies, each ranking the layers
 by the scores its 25% run measured (for the long-context probes, which need the layers to carry state). Every zero-shot run also records
 its VALID perplexity, on which a recipe is chosen; TEST is only reported.
@@ -36,11 +36,13 @@ ABLATED = ('gauge_fix', 'exact_decay', 'exact_beta', 'minibatch')   # taylor+'s 
 ADDED = ('constant_gate',)                      # switches taylor+ lacks, each turned on in turn (part 'ablation')
 LATER_FIELDS = {'constant_gate': False}         # recipe fields younger than the ledgers: left out of a fingerprint at their default
 STEP_CAPS = (1000,)                             # Phase 2's step cap for taylor+ in part 'budget' (its own: 300)
+RATE_FACTORS = (4,)                             # Phase 2's two learning rates times N for taylor+ in part 'budget' (scripts/phase2_rate.py)
 TARGETS = (1.05, 1.1, 1.25, 1.5, 2.0)          # recovery targets, x teacher validation perplexity (the paper's metric uses 1.25-2x)
 
 # ----- the list of runs -----
 def zero_shot_job(keep, init, seed, kv_copy='heads'): return dict(kind='zero_shot', keep=keep, init=init, seed=seed, kv_copy=kv_copy)
 def recovery_job(init): return dict(kind='recovery', init=init, keep='uniform:0.25', seed=0)
+BUDGET_INITS = (*(f'taylor+ with steps={n}' for n in STEP_CAPS), *(f'taylor+ with rates x{f}' for f in RATE_FACTORS))
 def job_key(job): return '|'.join(f'{k}={job[k]}' for k in sorted(job))
 
 def jobs(parts, seeds, mini=False):
@@ -62,7 +64,7 @@ def jobs(parts, seeds, mini=False):
     ablation = lambda s: ([zero_shot_job('uniform:0.25', f'taylor+ without {a}', s) for a in ABLATED]
                           + [zero_shot_job('uniform:0.25', f'taylor+ with {a}', s) for a in ADDED] if 'ablation' in parts else [])
     todo += ablation(0)
-    todo += [zero_shot_job('uniform:0.25', f'taylor+ with steps={n}', 0) for n in STEP_CAPS] if 'budget' in parts else []
+    todo += [zero_shot_job('uniform:0.25', i, 0) for i in BUDGET_INITS] if 'budget' in parts else []
     todo += half(0)
     todo += row('ga-s2:0.25', 0)
     todo += [j for s in later for j in row('ar:0.25', s) + row('retrieval:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s) + half(s)]
@@ -143,14 +145,19 @@ def second_text_ids(tok):
 def recipe_of(init):
     """The recipe an init names: one of the package's; 'taylor+ without <switch>', taylor+ with one of `ABLATED` off
     (without minibatch, Phase 2 runs on taylor's budget too: 1,024 calibration tokens, full batch, no early stopping);
-    'taylor+ with steps=N', taylor+ with Phase 2 capped at N steps instead of 300; or 'taylor+ with <switch>', taylor+
-    with one of `ADDED` on."""
+    'taylor+ with steps=N', taylor+ with Phase 2 capped at N steps instead of 300; 'taylor+ with rates xF', taylor+ with
+    both of Phase 2's learning rates times F; or 'taylor+ with <switch>', taylor+ with one of `ADDED` on."""
     from dataclasses import replace
     from taylor_calibrate.core import get_recipe
     if ' with steps=' in init:
         base, _, n = init.partition(' with steps=')
         if base != 'taylor+' or not n.isdigit() or int(n) < 1: raise ValueError(f"unknown init {init!r}: a step cap is 'taylor+ with steps=N', N > 0")
         return replace(get_recipe(base), name=init, steps=int(n))
+    if ' with rates x' in init:
+        base, _, f = init.partition(' with rates x')
+        if base != 'taylor+' or not f.isdigit() or int(f) < 1: raise ValueError(f"unknown init {init!r}: a rate factor is 'taylor+ with rates xF', F > 0")
+        r = get_recipe(base)
+        return replace(r, name=init, lr_qkv=r.lr_qkv * int(f), lr_gates=r.lr_gates * int(f))
     base, _, switch = init.partition(' with ')
     if switch:
         if base != 'taylor+' or switch not in ADDED: raise ValueError(f'unknown init {init!r}: additions are taylor+ with one of {ADDED}')
@@ -298,7 +305,7 @@ def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl, teacher_second
                gqa=drop_empty({kv: cell('uniform:0.25', 'taylor', kv) for kv in ('heads', 'rows_bug')}),
                ablation=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ without {s}' for s in ABLATED),
                                                                        *(f'taylor+ with {s}' for s in ADDED))}),
-               budget=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ with steps={n}' for n in STEP_CAPS))}))
+               budget=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *BUDGET_INITS)}))
     logs = {r['job']['init']: r['log'] for r in ledger.values() if r['job']['kind'] == 'recovery'}
     if logs:
         targets = {f'{m}x teacher': m * teacher_valid_ppl for m in TARGETS}

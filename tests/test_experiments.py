@@ -88,9 +88,22 @@ def test_a_step_cap_is_taylor_plus_with_only_its_steps_changed():
     from taylor_calibrate.core import get_recipe
     full, capped = asdict(get_recipe('taylor+')), asdict(e.recipe_of('taylor+ with steps=1000'))
     assert {k for k, v in capped.items() if v != full[k]} == {'name', 'steps'} and capped['steps'] == 1000
-    assert [j['init'] for j in e.jobs(['budget'], 3)] == [f'taylor+ with steps={n}' for n in e.STEP_CAPS]
+    assert [j['init'] for j in e.jobs(['budget'], 3)] == [f'taylor+ with steps={n}' for n in e.STEP_CAPS] + [f'taylor+ with rates x{f}' for f in e.RATE_FACTORS]
     assert e.recipe_id('taylor+ with steps=1000') != e.recipe_id('taylor+')
     for bad in ('taylor with steps=1000', 'taylor+ with steps=0', 'taylor+ with steps=many'):
+        try: e.recipe_of(bad); raise AssertionError(bad)
+        except ValueError as x: assert 'unknown init' in str(x)
+
+def test_a_rate_factor_is_taylor_plus_with_only_its_two_rates_changed():
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import experiments as e
+    from dataclasses import asdict
+    from taylor_calibrate.core import get_recipe
+    full, fast = asdict(get_recipe('taylor+')), asdict(e.recipe_of('taylor+ with rates x4'))
+    assert {k for k, v in fast.items() if v != full[k]} == {'name', 'lr_qkv', 'lr_gates'}
+    assert (fast['lr_qkv'], fast['lr_gates']) == (4 * full['lr_qkv'], 4 * full['lr_gates'])
+    assert e.recipe_id('taylor+ with rates x4') != e.recipe_id('taylor+')
+    for bad in ('taylor with rates x4', 'taylor+ with rates x0', 'taylor+ with rates xfast'):
         try: e.recipe_of(bad); raise AssertionError(bad)
         except ValueError as x: assert 'unknown init' in str(x)
 
