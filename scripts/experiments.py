@@ -16,8 +16,8 @@ which the results notebook reads. Recovery budget: `--recovery-tokens` per init 
 validation perplexity on VALID. `--parts uniform` is the grid's uniform row alone (every seed), the part run for
 each mixer (`--mixer`). `--parts ablation` (not run by default) turns each of taylor+'s switches off in turn,
 at 25% kept, uniform policy, seed 0; `--parts budget` (not run by default) runs taylor+ with a larger cap on Phase 2's
-steps (its early stopping on held-out calibration tokens decides where it stops), and with larger learning rates; `--parts policy-retention` (not run by
-default) runs naive, taylor and taylor+ at 50% kept with the AR, retrieval and GA-S2 policies, each ranking the layers
+steps (its early stopping on held-out calibration tokens decides where it stops), and with larger learning rates;
+`--parts policy-retention` (not run by default) runs naive, taylor and taylor+ at 50% kept with the AR, retrieval and GA-S2 policies, each ranking the layers
 by the scores its 25% run measured (for the long-context probes, which need the layers to carry state). Every zero-shot run also records
 its VALID perplexity, on which a recipe is chosen; TEST is only reported.
 """

@@ -14,11 +14,11 @@ Held-out loss is Phase 2's own: mean squared error to the teacher layer's output
 here reads VALID or TEST, so a factor chosen here may then be measured on them.
 """
 import json
-from dataclasses import replace
 from pathlib import Path
 import torch
 from taylor_calibrate.core import RECIPES
 from taylor_calibrate.teacher import load_teacher
+from experiments import recipe_of
 from gauge_rate import LAYERS, OUT as GAUGE_RATE, ledger_report, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,8 +35,7 @@ def main():
     out['variants']['x1'] = json.loads(GAUGE_RATE.read_text())['variants']['with the gauge']
     for f in FACTORS:
         name = f'x{f}'
-        out['variants'][name] = done.get(name) or run(teacher, tok, replace(base, name=f'taylor+ with rates x{f}',
-                                                                           lr_qkv=base.lr_qkv * f, lr_gates=base.lr_gates * f))
+        out['variants'][name] = done.get(name) or run(teacher, tok, recipe_of(f'taylor+ with rates x{f}'))
         OUT.write_text(json.dumps(out, indent=1) + '\n')
         print(name, {l: f"{v['mse_phase2']:.4g}" for l, v in out['variants'][name]['layers'].items()}, flush=True)
     try:
