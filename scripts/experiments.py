@@ -19,7 +19,9 @@ at 25% kept, uniform policy, seed 0; `--parts budget` (not run by default) runs 
 steps (its early stopping on held-out calibration tokens decides where it stops), and with larger learning rates;
 `--parts policy-retention` (not run by default) runs naive, taylor and taylor+ at 50% kept with the AR, retrieval and GA-S2 policies, each ranking the layers
 by the scores its 25% run measured (for the long-context probes, which need the layers to carry state). Every zero-shot run also records
-its VALID perplexity, on which a recipe is chosen; TEST is only reported.
+its VALID perplexity, on which a recipe is chosen; TEST is only reported. `--reproduce REGEX` runs the ledger's matching runs
+again from scratch (on the layers each kept) and records both TEST perplexities in `<out-dir>/reproduced.jsonl`: the committed
+grid, regenerated.
 """
 import argparse, hashlib, json, os, shutil, statistics, subprocess, sys, time
 from pathlib import Path
@@ -228,6 +230,35 @@ def backfill_valid(a):
         append_ledger(a.out_dir, row)
         print(f"{row['job']['keep']:13} {row['job']['init']:9} seed {row['job']['seed']}: valid ppl {row['valid_ppl']:.2f}", flush=True)
 
+def read_reproduced(out_dir, setup_id):
+    "The runs `--reproduce` ran again, by key: the ledger's TEST perplexity beside the new one."
+    path = Path(out_dir)/'reproduced.jsonl'
+    rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+    return {r['key']: r for r in rows if r['setup_id'] == setup_id}
+
+def reproduce(a):
+    """Run again, from scratch, each zero-shot run of the ledger whose key matches the regular expression --reproduce, on
+    the layers its row kept (a policy's selection is not measured again), and append its key, the ledger's TEST perplexity
+    and the new one to `<out-dir>/reproduced.jsonl`; a run already there is not run again. With --save-students the new
+    student is saved under the run's name, as a run of the grid's would be."""
+    import re
+    teacher, tok, test_ids, valid_ids = load(a)
+    _, sid = setup_of(a, test_ids, valid_ids)
+    done = read_reproduced(a.out_dir, sid)
+    for key, row in read_ledger(a.out_dir, sid).items():
+        if row['job']['kind'] != 'zero_shot' or not re.search(a.reproduce, key) or key in done: continue
+        if not claim(a.out_dir, 'reproduce|' + key): continue
+        t0, job = time.time(), row['job']
+        a_ckpt = argparse.Namespace(**{**vars(a), 'checkpoints': a.checkpoints and str(Path(a.checkpoints)/'reproduce')})
+        res = run_zero_shot(job, teacher, tok, test_ids, valid_ids, a_ckpt, kept=row['kept'])
+        if a.checkpoints: shutil.rmtree(Path(a_ckpt.checkpoints)/claim_name(key), ignore_errors=True)
+        new = dict(key=key, setup_id=sid, recipe_id=recipe_id(job['init']), job=job, ledger_ppl=row['ppl'], ppl=res['ppl'],
+                   ledger_valid_ppl=row.get('valid_ppl'), valid_ppl=res['valid_ppl'], kept=row['kept'], seconds=time.time() - t0)
+        with open(Path(a.out_dir)/'reproduced.jsonl', 'a') as f:
+            f.write(json.dumps(new, default=float) + '\n'); f.flush(); os.fsync(f.fileno())
+        print(f"reproduced {job['keep']:13} {job['init']:9} seed {job['seed']}: ppl {row['ppl']:.2f} in the ledger, {res['ppl']:.2f} again "
+              f"({res['ppl'] / row['ppl'] - 1:+.2%}, {time.time() - t0:.0f}s)", flush=True)
+
 def setup_of(a, test_ids, valid_ids):
     teacher = {} if a.teacher is None else dict(teacher=a.teacher)     # the default teacher's ledger has no such key
     mixer = {} if a.mixer == 'gdn' else dict(mixer=a.mixer)            # nor have GDN ledgers a mixer key
@@ -345,6 +376,7 @@ def run_workers(a, work, script):
 def main(a):
     torch.set_num_threads(a.threads); torch.set_flush_denormal(True)
     if a.backfill_valid: backfill_valid(a)
+    elif a.reproduce: reproduce(a)
     elif run_workers(a, work, __file__): return
     out_dir = Path(a.out_dir)
     from taylor_calibrate.teacher import perplexity
@@ -359,6 +391,8 @@ def main(a):
                                  runs_missing=missing),
                     perplexity(teacher, test_ids, progress=False), perplexity(teacher, valid_ids, progress=False),
                     perplexity(teacher, second_text_ids(tok), progress=False))
+    again = [r for r in read_reproduced(out_dir, sid).values() if r['key'] in ledger]
+    if again: res['reproduced'] = [{k: r[k] for k in ('job', 'ledger_ppl', 'ppl', 'ledger_valid_ppl', 'valid_ppl', 'seconds')} for r in again]
     (out_dir/'experiments.json').write_text(json.dumps(res, indent=1, default=float)); print('wrote', out_dir/'experiments.json')
     return res
 
@@ -385,6 +419,9 @@ if __name__ == '__main__':
     p.add_argument('--save-students', default=None, help='save each student (zero-shot, and recovered after distillation) in this folder, one subfolder per run')
     p.add_argument('--backfill-valid', action='store_true', help='run nothing new: add the VALID perplexity to the ledger\'s zero-shot '
                    'runs that lack it, from the students --save-students holds, then summarise')
+    p.add_argument('--reproduce', default=None, metavar='REGEX', help='run nothing new: run again each zero-shot run of the ledger whose key '
+                   "matches REGEX (e.g. 'init=taylor\\+\\|keep=uniform:0.5'), on the layers it kept, and record both TEST perplexities in "
+                   'reproduced.jsonl, then summarise')
     p.add_argument('--inits', default=None, help='run only these inits (comma list; default: all); the summary still reads every run in the ledger')
     p.add_argument('--policies', default=None, help='run only these layer policies (comma list of uniform, ar, ga-s2, retrieval; default: all)')
     p.add_argument('--mixer', default='gdn', choices=('gdn', 'kda', 'mamba2'), help="the converted layers' mixer (default gdn)")

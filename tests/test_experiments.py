@@ -187,3 +187,19 @@ def test_naming_the_default_teacher_summarises_the_default_ledger(tmp_path):
                         '--out-dir', str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((tmp_path/'experiments.json').read_text())['setup']['runs_done'] > 0
+
+def test_a_reproduced_run_matches_its_ledger_row_and_is_recorded_once(tmp_path):
+    "`--reproduce REGEX` runs matching ledger runs again from scratch on the layers they kept, and records both perplexities."
+    r = run(tmp_path, '--parts', 'uniform', '--seeds', '1', '--inits', 'naive,taylor', '--workers', '1')
+    assert r.returncode == 0, r.stderr[-3000:]
+    ledger = (tmp_path/'runs.jsonl').read_text()
+    r = run(tmp_path, '--parts', 'uniform', '--seeds', '1', '--reproduce', r'init=taylor\|')
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(l) for l in (tmp_path/'reproduced.jsonl').read_text().splitlines()]
+    assert [r['job']['init'] for r in rows] == ['taylor']               # the regular expression picks taylor, not naive
+    assert abs(rows[0]['ppl'] / rows[0]['ledger_ppl'] - 1) < 1e-3 and rows[0]['ledger_ppl'] != rows[0]['valid_ppl']
+    assert (tmp_path/'runs.jsonl').read_text() == ledger                # the ledger is read, never written
+    res = json.loads((tmp_path/'experiments.json').read_text())
+    assert [r['ppl'] for r in res['reproduced']] == [rows[0]['ppl']]
+    r = run(tmp_path, '--parts', 'uniform', '--seeds', '1', '--reproduce', 'init=taylor')
+    assert r.returncode == 0 and len((tmp_path/'reproduced.jsonl').read_text().splitlines()) == 1   # already reproduced: not run again
