@@ -75,15 +75,19 @@ def jobs(parts, seeds, mini=False):
 
 # ----- the ledger -----
 def read_ledger(out_dir, setup_id):
-    path = Path(out_dir)/'runs.jsonl'
-    if not path.exists(): return {}
-    rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+    rows = read_jsonl(Path(out_dir)/'runs.jsonl')
     current = lambda r: 'recipe_id' not in r or r['recipe_id'] == recipe_id(r['job']['init'])   # rows before fingerprints: kept
     return {r['key']: r for r in rows if r['setup_id'] == setup_id and current(r)}
 
-def append_ledger(out_dir, row):
-    with open(Path(out_dir)/'runs.jsonl', 'a') as f:
+def read_jsonl(path: Path) -> list:
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+
+def append_jsonl(path: Path, row):
+    "Append one row, on disk before this returns (a killed run loses no finished row)."
+    with open(path, 'a') as f:
         f.write(json.dumps(row, default=float) + '\n'); f.flush(); os.fsync(f.fileno())
+
+def append_ledger(out_dir, row): append_jsonl(Path(out_dir)/'runs.jsonl', row)
 
 def save_report(out_dir, key, report_json):
     "Keep a run's calibration report (per-layer rows, Phase-2 curves) beside the ledger, gzipped, named by the run's key."
@@ -232,9 +236,7 @@ def backfill_valid(a):
 
 def read_reproduced(out_dir, setup_id):
     "The runs `--reproduce` ran again, by key: the ledger's TEST perplexity beside the new one."
-    path = Path(out_dir)/'reproduced.jsonl'
-    rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
-    return {r['key']: r for r in rows if r['setup_id'] == setup_id}
+    return {r['key']: r for r in read_jsonl(Path(out_dir)/'reproduced.jsonl') if r['setup_id'] == setup_id}
 
 def reproduce(a):
     """Run again, from scratch, each zero-shot run of the ledger whose key matches the regular expression --reproduce, on
@@ -254,8 +256,7 @@ def reproduce(a):
         if a.checkpoints: shutil.rmtree(Path(a_ckpt.checkpoints)/claim_name(key), ignore_errors=True)
         new = dict(key=key, setup_id=sid, recipe_id=recipe_id(job['init']), job=job, ledger_ppl=row['ppl'], ppl=res['ppl'],
                    ledger_valid_ppl=row.get('valid_ppl'), valid_ppl=res['valid_ppl'], kept=row['kept'], seconds=time.time() - t0)
-        with open(Path(a.out_dir)/'reproduced.jsonl', 'a') as f:
-            f.write(json.dumps(new, default=float) + '\n'); f.flush(); os.fsync(f.fileno())
+        append_jsonl(Path(a.out_dir)/'reproduced.jsonl', new)
         print(f"reproduced {job['keep']:13} {job['init']:9} seed {job['seed']}: ppl {row['ppl']:.2f} in the ledger, {res['ppl']:.2f} again "
               f"({res['ppl'] / row['ppl'] - 1:+.2%}, {time.time() - t0:.0f}s)", flush=True)
 
