@@ -299,7 +299,8 @@ def work(a):
             res = (run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept) if job['kind'] == 'zero_shot'
                    else run_recovery(job, teacher, tok, valid_ids, a))
             if 'report' in res: save_report(a.out_dir, key, res.pop('report'))
-            append_ledger(a.out_dir, dict(key=key, setup_id=sid, recipe_id=recipe_id(job['init']), job=job, seconds=time.time() - t0, **res))
+            seconds = time.time() - t0 + res.get('timings', {}).get('resumed_s', 0.)    # counting what a killed earlier leg calibrated
+            append_ledger(a.out_dir, dict(key=key, setup_id=sid, recipe_id=recipe_id(job['init']), job=job, seconds=seconds, **res))
             if a.checkpoints and job['kind'] == 'zero_shot':     # its row holds the result: the layers it saved are not needed again
                 shutil.rmtree(Path(a.checkpoints)/claim_name(key), ignore_errors=True)
             what = f"ppl {res['ppl']:9.2f}" if 'ppl' in res else f"valid ppl {res['log']['eval_ppl'][0]:.2f} -> {res['log']['eval_ppl'][-1]:.2f}"
@@ -312,6 +313,14 @@ def work(a):
 
 # ----- the summary the notebook reads -----
 def _summ(xs): return dict(values=xs, mean=statistics.mean(xs), std=statistics.pstdev(xs), n=len(xs))
+
+def run_seconds(row):
+    """A ledger row's seconds as if its run had not been killed and resumed. Rows written before calibrate's timings counted
+    the layers a resumed call loaded (no `resumed_s`) hold the last leg only; their report's Phase-1 and Phase-2 seconds,
+    which do count the loaded layers, exceed its `total_s` by what the earlier legs calibrated."""
+    t = row.get('timings') or {}
+    if 'total_s' not in t or 'resumed_s' in t: return row['seconds']
+    return row['seconds'] + max(0., sum(v for k, v in t.items() if k != 'total_s') - t['total_s'])
 
 def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl, teacher_second_text_ppl=None):
     "Group the ledger's runs into the grid, retention, GQA, ablation and recovery tables (mean and spread over seeds)."
@@ -326,7 +335,7 @@ def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl, teacher_second
         second = [r['second_text_ppl'] for _, r in rs if 'second_text_ppl' in r]
         valid = [r['valid_ppl'] for _, r in rs if 'valid_ppl' in r]
         return dict(**_summ([r['ppl'] for _, r in rs]), seeds=[s for s, _ in rs], kept=[r['kept'] for _, r in rs],
-                    seconds=statistics.median([r['seconds'] for _, r in rs]), **(dict(second_text=_summ(second)) if second else {}),
+                    seconds=statistics.median([run_seconds(r) for _, r in rs]), **(dict(second_text=_summ(second)) if second else {}),
                     **(dict(valid=_summ(valid)) if valid else {}))
     drop_empty = lambda d: {k: v for k, v in d.items() if v is not None}
     out = dict(setup=setup, teacher_test_ppl=teacher_test_ppl, teacher_valid_ppl=teacher_valid_ppl,

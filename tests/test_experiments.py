@@ -107,6 +107,18 @@ def test_a_rate_factor_is_taylor_plus_with_only_its_two_rates_changed():
         try: e.recipe_of(bad); raise AssertionError(bad)
         except ValueError as x: assert 'unknown init' in str(x)
 
+def test_a_resumed_runs_seconds_count_the_layers_its_earlier_legs_calibrated():
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import experiments as e
+    whole = dict(seconds=2068., timings=dict(select_s=0., convert_s=1., statistics_s=11., phase1_s=2., phase2_s=1897., total_s=1919.))
+    assert e.run_seconds(whole) == 2068.                                   # not resumed: the row as written
+    old = dict(seconds=271., timings=dict(select_s=0., convert_s=0., statistics_s=7., phase1_s=2., phase2_s=1736., total_s=141.))
+    assert e.run_seconds(old) == 271. + (7 + 2 + 1736) - 141              # resumed before calibrate counted loaded layers
+    new = dict(seconds=1900., timings=dict(select_s=0., convert_s=0., statistics_s=7., phase1_s=2., phase2_s=1736., total_s=1760.,
+                                           resumed_s=1620.))
+    assert e.run_seconds(new) == 1900.                                     # calibrate and the ledger count them already
+    assert e.run_seconds(dict(seconds=5.)) == 5.                           # recovery rows have no timings
+
 def test_a_summary_leaves_running_workers_claims_alone(tmp_path):
     sys.path.insert(0, str(ROOT/'scripts'))
     import experiments as e
