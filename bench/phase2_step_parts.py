@@ -29,8 +29,8 @@ def projection_flops(gdn, tokens: int) -> float:
     """Floating-point operations of the layer's linear maps in one step, 2 per multiply-add: forward every map; backward
     the weight gradients of the trained maps and the input gradient of W_O (the inputs need none; W_O is frozen in Phase 2)."""
     maps = [gdn.q_proj, gdn.k_proj, gdn.v_proj, gdn.g_proj, gdn.a_proj, gdn.b_proj]
-    trained = sum(m.weight.numel() for m in maps)
-    return 2 * tokens * (trained + gdn.o_proj.weight.numel()) + 2 * tokens * (trained + gdn.o_proj.weight.numel())
+    per_token = sum(m.weight.numel() for m in maps) + gdn.o_proj.weight.numel()     # multiply-adds a token, forward; as many backward
+    return 2 * 2 * tokens * per_token
 
 def profile_step(gdn, n: int) -> dict:
     "CPU seconds per step of each part, from the profiler over STEPS steps, and the median wall seconds of a step."
