@@ -3,7 +3,7 @@
 1. layer agreement: the same `GatedDeltaNet` weights and inputs on the CPU (our PyTorch kernel) and on
    CUDA (fla's Triton kernels): outputs, the gradients of the input and of every parameter, and chunked
    prefill followed by single-token steps (fla's fused recurrent kernel), as relative errors; the same
-   for `KimiDeltaAttention` (fla's `chunk_kda` on CUDA) and `Mamba2Layer` (the package's kernel on both).
+   for `KimiDeltaAttention` (fla's `chunk_kda` on CUDA) and `Mamba2Layer` (fla's `chunk_simple_gla` on CUDA).
 2. kernel timing: fla's `chunk_gated_delta_rule` vs our `chunk_gated_delta_rule_torch`, both on CUDA,
    B=4, H=8, T in {2048, 8192}, head_dim 64 and 128, fp32 and bf16, forward and forward+backward
    (median of 10 after 3 warm-ups, CUDA events; peak memory).
@@ -233,7 +233,7 @@ def main():
                                   layer_agreement(dev, T, 32, use_short_conv=True, qkv_bias=True, allow_neg_eigval=True),
                                   layer_agreement(dev, T, 64, qkv_activation='identity', use_gate=False),
                                   layer_agreement(dev, T, 64, layer_class=KimiDeltaAttention),      # fla's chunk_kda on CUDA
-                                  layer_agreement(dev, T, 64, layer_class=Mamba2Layer, state_size=64)]   # the package's kernel on both
+                                  layer_agreement(dev, T, 64, layer_class=Mamba2Layer, state_size=64)]   # fla's chunk_simple_gla on CUDA
         print(res['layer_agreement'], flush=True); save()
     if 'timing' in a.parts:
         sizes = [(256, 32, torch.float32)] if a.quick else \

@@ -11,7 +11,8 @@ import math
 from functools import lru_cache
 import torch, torch.nn.functional as F
 from torch import nn
-from .gdn import GatedDeltaNet, gated_rms_norm
+from .device import fla_kernels_available
+from .gdn import GatedDeltaNet, gated_rms_norm, needs_grad
 
 # %% ../nbs/11_kda.ipynb #747943cf
 def kda_recurrence_ref(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
@@ -61,19 +62,25 @@ def chunk_kda_torch(q, k, v, g, beta, scale=None, initial_state=None, output_fin
 # %% ../nbs/11_kda.ipynb #7071e720
 @lru_cache(maxsize=None)
 def fla_kda_import_error() -> str | None:
-    "Why fla's KDA kernel cannot be imported here ('ErrorType: message'), or None when it can."
+    "Why fla's KDA kernels cannot be imported here ('ErrorType: message'), or None when they can."
     try:
-        from fla.ops.kda import chunk_kda  # noqa: F401
+        from fla.ops.kda import chunk_kda, fused_recurrent_kda  # noqa: F401
         return None
     except Exception as e: return f'{type(e).__name__}: {e}'
 
+def _fla_kda(q, k, v, g, beta, scale, initial_state, output_final_state):
+    from fla.ops.kda import chunk_kda, fused_recurrent_kda
+    kw = dict(q=q, k=k, v=v, g=g.float(), beta=beta, scale=scale, output_final_state=output_final_state,
+              initial_state=None if initial_state is None else initial_state.float())
+    if not needs_grad(q, k, v, g, beta, initial_state) and q.shape[1] <= 64: return fused_recurrent_kda(**kw)
+    return chunk_kda(**kw)
+
 def kda_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
-    "KDA on any device: fla's `chunk_kda` on CUDA where it imports, else `chunk_kda_torch`; the same layout and result."
-    if q.device.type == 'cuda' and torch.cuda.is_available() and fla_kda_import_error() is None:
-        from fla.ops.kda import chunk_kda
-        return chunk_kda(q, k, v, g.float(), beta, scale=scale, output_final_state=output_final_state,
-                         initial_state=None if initial_state is None else initial_state.float())
+    "KDA on any device: fla's `chunk_kda` (or `fused_recurrent_kda` for inference on at most 64 tokens) on CUDA where they import, else `chunk_kda_torch`; the same layout and result."
+    if fla_kernels_available(q.device) and fla_kda_import_error() is None:
+        return _fla_kda(q, k, v, g, beta, scale, initial_state, output_final_state)
     return chunk_kda_torch(q, k, v, g, beta, scale, initial_state, output_final_state, chunk_size)
+
 
 # %% ../nbs/11_kda.ipynb #k11l0002
 class SigmoidGatedRMSNorm(nn.Module):
