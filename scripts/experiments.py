@@ -16,7 +16,8 @@ which the results notebook reads. Recovery budget: `--recovery-tokens` per init 
 validation perplexity on VALID. `--parts uniform` is the grid's uniform row alone (every seed), the part run for
 each mixer (`--mixer`). `--parts ablation` (not run by default) turns each of taylor+'s switches off in turn,
 at 25% kept, uniform policy, seed 0; `--parts budget` (not run by default) runs taylor+ with a larger cap on Phase 2's
-steps (its early stopping on held-out calibration tokens decides where it stops), and with larger learning rates;
+steps (its early stopping on held-out calibration tokens decides where it stops), and with larger learning rates, at seed 0
+(like the ablation, at later seeds too when --seeds asks, after everything else);
 `--parts policy-retention` (not run by default) runs naive, taylor and taylor+ at 50% kept with the AR, retrieval and GA-S2 policies, each ranking the layers
 by the scores its 25% run measured (for the long-context probes, which need the layers to carry state). Every zero-shot run also records
 its VALID perplexity, on which a recipe is chosen; TEST is only reported. `--reproduce REGEX` runs the ledger's matching runs
@@ -66,11 +67,12 @@ def jobs(parts, seeds, mini=False):
     ablation = lambda s: ([zero_shot_job('uniform:0.25', f'taylor+ without {a}', s) for a in ABLATED]
                           + [zero_shot_job('uniform:0.25', f'taylor+ with {a}', s) for a in ADDED] if 'ablation' in parts else [])
     todo += ablation(0)
-    todo += [zero_shot_job('uniform:0.25', i, 0) for i in BUDGET_INITS] if 'budget' in parts else []
+    budget_runs = lambda s: [zero_shot_job('uniform:0.25', i, s) for i in BUDGET_INITS] if 'budget' in parts else []
+    todo += budget_runs(0)
     todo += half(0)
     todo += row('ga-s2:0.25', 0)
     todo += [j for s in later for j in row('ar:0.25', s) + row('retrieval:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s) + half(s)]
-    todo += [j for s in later for j in ablation(s)]
+    todo += [j for s in later for j in ablation(s) + budget_runs(s)]
     return list({job_key(j): j for j in todo}.values())        # shared cells once, first position kept
 
 # ----- the ledger -----

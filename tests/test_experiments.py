@@ -88,7 +88,9 @@ def test_a_step_cap_is_taylor_plus_with_only_its_steps_changed():
     from taylor_calibrate.core import get_recipe
     full, capped = asdict(get_recipe('taylor+')), asdict(e.recipe_of('taylor+ with steps=1000'))
     assert {k for k, v in capped.items() if v != full[k]} == {'name', 'steps'} and capped['steps'] == 1000
-    assert [j['init'] for j in e.jobs(['budget'], 3)] == [f'taylor+ with steps={n}' for n in e.STEP_CAPS] + [f'taylor+ with rates x{f}' for f in e.RATE_FACTORS]
+    variants = [f'taylor+ with steps={n}' for n in e.STEP_CAPS] + [f'taylor+ with rates x{f}' for f in e.RATE_FACTORS]
+    assert [(j['init'], j['seed']) for j in e.jobs(['budget'], 3)] == [(i, s) for s in range(3) for i in variants]
+    assert [(j['init'], j['seed']) for j in e.jobs(['budget'], 1)] == [(i, 0) for i in variants]
     assert e.recipe_id('taylor+ with steps=1000') != e.recipe_id('taylor+')
     for bad in ('taylor with steps=1000', 'taylor+ with steps=0', 'taylor+ with steps=many'):
         try: e.recipe_of(bad); raise AssertionError(bad)
