@@ -81,7 +81,6 @@ def kda_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_stat
         return _fla_kda(q, k, v, g, beta, scale, initial_state, output_final_state)
     return chunk_kda_torch(q, k, v, g, beta, scale, initial_state, output_final_state, chunk_size)
 
-
 # %% ../nbs/11_kda.ipynb #k11l0002
 class SigmoidGatedRMSNorm(nn.Module):
     "fla's `FusedRMSNormGated(activation='sigmoid')`: RMSNorm over the last dim, times `weight`, times sigmoid(gate); float32 inside."

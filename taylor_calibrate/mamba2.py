@@ -79,7 +79,6 @@ def mamba2_rule(x, dt, A, B, C, D=None, initial_state=None, output_final_state=F
         return _fla_mamba2(x, dt, A, B, C, D, initial_state, output_final_state)
     return chunk_mamba2_torch(x, dt, A, B, C, D, initial_state, output_final_state, chunk_size)
 
-
 # %% ../nbs/13_mamba2.ipynb #m13c0008
 class Mamba2Layer(nn.Module):
     "A Mamba2 mixer with transformers' granitemoehybrid parameters (in_proj, conv1d, dt_bias, A_log, D, norm.weight, out_proj); `mamba2_rule` inside."
