@@ -17,7 +17,10 @@ validation perplexity on VALID. `--parts uniform` is the grid's uniform row alon
 each mixer (`--mixer`). `--parts ablation` (not run by default) turns each of taylor+'s switches off in turn,
 at 25% kept, uniform policy, seed 0; `--parts budget` (not run by default) runs taylor+ with a larger cap on Phase 2's
 steps (its early stopping on held-out calibration tokens decides where it stops), and with larger learning rates, at seed 0
-(like the ablation, at later seeds too when --seeds asks, after everything else);
+(like the ablation, at later seeds too when --seeds asks, after everything else); `--parts mechanism` (not run by default)
+measures what Phase 1 does for Phase 2: Phase 2 from the copy and from Phase 1, under the paper's and taylor+'s budgets,
+capped at 30 and 100 steps as well as 300, and the paper's inits on the teacher rescaled to value/output gauges 10 and 100
+(the same function); taylor+ without Phase 1 at every seed;
 `--parts policy-retention` (not run by default) runs naive, taylor and taylor+ at 50% kept with the AR, retrieval and GA-S2 policies, each ranking the layers
 by the scores its 25% run measured (for the long-context probes, which need the layers to carry state). Every zero-shot run also records
 its VALID perplexity, on which a recipe is chosen; TEST is only reported. `--reproduce REGEX` runs the ledger's matching runs
@@ -35,11 +38,15 @@ RECOVERY_INITS = ('naive', 'zero_gate', 'taylor', 'taylor+')
 RETENTION = (0.25, 0.5, 0.75)
 RETENTION_INITS = ('naive', 'taylor', 'taylor+')
 POLICY_RETENTION = ('ar', 'retrieval', 'ga-s2')    # part 'policy-retention': these policies at 50% kept too, their layers ranked by the 25% runs' scores
-ABLATED = ('gauge_fix', 'exact_decay', 'exact_beta', 'minibatch')   # taylor+'s switches, each turned off in turn (part 'ablation')
+ABLATED = ('gauge_fix', 'exact_decay', 'exact_beta', 'minibatch', 'phase1')   # taylor+'s switches, each turned off in turn (part 'ablation')
 ADDED = ('constant_gate',)                      # switches taylor+ lacks, each turned on in turn (part 'ablation')
 LATER_FIELDS = {'constant_gate': False}         # recipe fields younger than the ledgers: left out of a fingerprint at their default
 STEP_CAPS = (1000,)                             # Phase 2's step cap for taylor+ in part 'budget' (its own: 300)
 RATE_FACTORS = (4,)                             # Phase 2's two learning rates times N for taylor+ in part 'budget' (scripts/phase2_rate.py)
+MECHANISM_STEPS = (30, 100)                     # part 'mechanism': Phase 2 capped at these steps (the recipes' own: 300) ...
+MECHANISM_INITS = ('phase2', 'taylor', 'taylor+ without phase1', 'taylor+')   # ... for Phase 2 from the copy and from Phase 1, both Phase 2s
+GAUGES = (10, 100)                              # part 'mechanism': the teacher rescaled to these value/output gauges (the same function)
+GAUGE_INITS = ('naive', 'phase1', 'phase2', 'taylor')
 TARGETS = (1.05, 1.1, 1.25, 1.5, 2.0)          # recovery targets, x teacher validation perplexity (the paper's metric uses 1.25-2x)
 
 # ----- the list of runs -----
@@ -69,6 +76,12 @@ def jobs(parts, seeds, mini=False):
     todo += ablation(0)
     budget_runs = lambda s: [zero_shot_job('uniform:0.25', i, s) for i in BUDGET_INITS] if 'budget' in parts else []
     todo += budget_runs(0)
+    mechanism = ([zero_shot_job('uniform:0.25', 'taylor+ without phase1', 0)]
+                 + [zero_shot_job('uniform:0.25', f'{i} at gauge x{GAUGES[0]}', 0) for i in GAUGE_INITS]
+                 + [zero_shot_job('uniform:0.25', f'{i} with steps={n}', 0) for n in MECHANISM_STEPS for i in MECHANISM_INITS]
+                 + [zero_shot_job('uniform:0.25', f'{i} at gauge x{k}', 0) for k in GAUGES[1:] for i in GAUGE_INITS]
+                 + [zero_shot_job('uniform:0.25', 'taylor+ without phase1', s) for s in later] if 'mechanism' in parts else [])
+    todo += mechanism
     todo += half(0)
     todo += row('ga-s2:0.25', 0)
     todo += [j for s in later for j in row('ar:0.25', s) + row('retrieval:0.25', s) + row('ga-s2:0.25', s) + gqa(s) + retention(s) + half(s)]
@@ -151,16 +164,23 @@ def second_text_ids(tok):
     return torch.tensor(tok(SECOND_TEXT.read_text(), add_special_tokens=False)['input_ids'])
 
 def recipe_of(init):
-    """The recipe an init names: one of the package's; 'taylor+ without <switch>', taylor+ with one of `ABLATED` off
-    (without minibatch, Phase 2 runs on taylor's budget too: 1,024 calibration tokens, full batch, no early stopping);
-    'taylor+ with steps=N', taylor+ with Phase 2 capped at N steps instead of 300; 'taylor+ with rates xF', taylor+ with
-    both of Phase 2's learning rates times F; or 'taylor+ with <switch>', taylor+ with one of `ADDED` on."""
+    """The recipe an init names: one of the package's, or one of them with modifiers: 'taylor+ without <switch>', taylor+
+    with one of `ABLATED` off (without minibatch, Phase 2 runs on taylor's budget too: 1,024 calibration tokens, full batch,
+    no early stopping; without phase1, Phase 2 starts from the copy); 'taylor+ with <switch>', taylor+ with one of `ADDED`
+    on; '<init> with rates xF', taylor+ with both of Phase 2's learning rates times F; '<init> with steps=N', a recipe with
+    Phase 2 capped at N steps; '<init> at gauge xK', the recipe run on the teacher rescaled to value/output gauge K (its
+    W_V divided and its W_O multiplied by K: the same function, `run_zero_shot` rescales it)."""
     from dataclasses import replace
     from taylor_calibrate.core import get_recipe
+    if ' at gauge x' in init:
+        base, _, k = init.partition(' at gauge x')
+        if not k.isdigit() or int(k) < 1: raise ValueError(f"unknown init {init!r}: a gauge is '<init> at gauge xK', K > 0")
+        return replace(recipe_of(base), name=init)
     if ' with steps=' in init:
         base, _, n = init.partition(' with steps=')
-        if base != 'taylor+' or not n.isdigit() or int(n) < 1: raise ValueError(f"unknown init {init!r}: a step cap is 'taylor+ with steps=N', N > 0")
-        return replace(get_recipe(base), name=init, steps=int(n))
+        if not n.isdigit() or int(n) < 1 or not base.startswith(('taylor', 'phase2')) or not recipe_of(base).phase2:
+            raise ValueError(f"unknown init {init!r}: a step cap is '<init with Phase 2> with steps=N', N > 0")
+        return replace(recipe_of(base), name=init, steps=int(n))
     if ' with rates x' in init:
         base, _, f = init.partition(' with rates x')
         if base != 'taylor+' or not f.isdigit() or int(f) < 1: raise ValueError(f"unknown init {init!r}: a rate factor is 'taylor+ with rates xF', F > 0")
@@ -176,6 +196,10 @@ def recipe_of(init):
     off = dict(calib_tokens=get_recipe('taylor').calib_tokens, heldout_tokens=get_recipe('taylor').heldout_tokens, batch_windows=0, patience=0)
     return replace(get_recipe(base), name=init, **{switch: False}, **(off if switch == 'minibatch' else {}))
 
+def gauge_of(init) -> int | None:
+    "The value/output gauge K an init's teacher is rescaled to ('<init> at gauge xK'), or None."
+    return int(init.partition(' at gauge x')[2]) if ' at gauge x' in init else None
+
 def recipe_id(init):
     "A fingerprint of an init's recipe: a ledger row made with another recipe of the same name is run again."
     from dataclasses import asdict
@@ -186,6 +210,9 @@ def run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept=None):
     from taylor_calibrate.core import calibrate
     from taylor_calibrate.teacher import perplexity
     ckpt = Path(a.checkpoints)/claim_name(job_key(job))/'calibrate' if a.checkpoints else None   # a killed run resumes layer by layer
+    if (k := gauge_of(job['init'])) is not None:        # the same function at another value/output gauge
+        from taylor_calibrate.core import rescale_value_output
+        teacher = rescale_value_output(teacher, k)
     student = calibrate(teacher, 'train', keep=kept or job['keep'], init=recipe_of(job['init']), tokenizer=tok, seed=job['seed'], progress=False,
                         selection_data=valid_ids[:a.selection_tokens], gdn_options=dict(kv_copy=job['kv_copy']), mixer=a.mixer,
                         checkpoint_dir=ckpt, **budget(a))
@@ -348,7 +375,10 @@ def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl, teacher_second
                gqa=drop_empty({kv: cell('uniform:0.25', 'taylor', kv) for kv in ('heads', 'rows_bug')}),
                ablation=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ without {s}' for s in ABLATED),
                                                                        *(f'taylor+ with {s}' for s in ADDED))}),
-               budget=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *BUDGET_INITS)}))
+               budget=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *BUDGET_INITS)}),
+               mechanism=drop_empty({i: cell('uniform:0.25', i) for i in (
+                   *(f'{i} with steps={n}' for n in MECHANISM_STEPS for i in MECHANISM_INITS), *MECHANISM_INITS,
+                   *GAUGE_INITS, *(f'{i} at gauge x{k}' for k in GAUGES for i in GAUGE_INITS))}))
     logs = {r['job']['init']: r['log'] for r in ledger.values() if r['job']['kind'] == 'recovery'}
     if logs:
         targets = {f'{m}x teacher': m * teacher_valid_ppl for m in TARGETS}

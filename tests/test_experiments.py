@@ -92,9 +92,26 @@ def test_a_step_cap_is_taylor_plus_with_only_its_steps_changed():
     assert [(j['init'], j['seed']) for j in e.jobs(['budget'], 3)] == [(i, s) for s in range(3) for i in variants]
     assert [(j['init'], j['seed']) for j in e.jobs(['budget'], 1)] == [(i, 0) for i in variants]
     assert e.recipe_id('taylor+ with steps=1000') != e.recipe_id('taylor+')
-    for bad in ('taylor with steps=1000', 'taylor+ with steps=0', 'taylor+ with steps=many'):
+    assert asdict(e.recipe_of('taylor with steps=30'))['steps'] == 30 and e.recipe_of('taylor with steps=30').phase1
+    for bad in ('phase1 with steps=10', 'naive with steps=10', 'taylor+ with steps=0', 'taylor+ with steps=many'):
         try: e.recipe_of(bad); raise AssertionError(bad)
         except ValueError as x: assert 'unknown init' in str(x)
+
+def test_a_gauge_run_is_its_recipe_on_a_rescaled_teacher():
+    "'<init> at gauge xK' is the init's recipe under its own name (a fingerprint of its own), run on the teacher rescaled by K."
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import experiments as e
+    from dataclasses import asdict
+    from taylor_calibrate.core import get_recipe
+    r = asdict(e.recipe_of('phase2 at gauge x10'))
+    assert {k for k, v in r.items() if v != asdict(get_recipe('phase2'))[k]} == {'name'} and e.gauge_of('phase2 at gauge x10') == 10
+    assert e.gauge_of('phase2') is None and e.recipe_id('phase2 at gauge x10') != e.recipe_id('phase2')
+    assert e.recipe_of('taylor+ without phase1 with steps=30').steps == 30 and not e.recipe_of('taylor+ without phase1').phase1
+    for bad in ('phase2 at gauge x0', 'phase2 at gauge xbig', 'nothing at gauge x10'):
+        try: e.recipe_of(bad); raise AssertionError(bad)
+        except ValueError as x: assert 'unknown init' in str(x)
+    inits = [j['init'] for j in e.jobs(['mechanism'], 3)]
+    assert inits[0] == 'taylor+ without phase1' and inits.count('taylor+ without phase1') == 3 and 'taylor at gauge x100' in inits
 
 def test_a_rate_factor_is_taylor_plus_with_only_its_two_rates_changed():
     sys.path.insert(0, str(ROOT/'scripts'))
