@@ -4,13 +4,13 @@
 
 # %% auto #0
 __all__ = ['RECIPES', 'REPORT_COLUMNS', 'EVAL_SPLIT', 'CHECKPOINT_SETTINGS', 'CHECKPOINT_SELECTION', 'CHECKPOINT_PROBES',
-           'CHECKPOINT_PROBE_SECONDS', 'b_dt', 'half_life', 'realised_half_life', 'realised_beta', 'set_decay',
+           'CHECKPOINT_PROBE_SECONDS', 'phase1', 'layer_fit', 'phase2', 'Recipe', 'get_recipe', 'CalibrationReport',
+           'token_windows', 'calibrate', 'describe_data', 'windows_fingerprint', 'open_checkpoint_dir',
+           'report_summary', 'report_html', 'b_dt', 'half_life', 'realised_half_life', 'realised_beta', 'set_decay',
            'concentration_minmax', 'concentration_relative', 'beta_star', 'concentration', 'set_write_gate',
            'gated_head_outputs', 'set_value_scale', 'alpha_star', 'set_output_gate', 'context_rms',
            'constant_direction', 'set_constant_output_gate', 'value_output_norms', 'balanced_gauge',
-           'rescale_value_output', 'phase1', 'layer_fit', 'phase2', 'Recipe', 'get_recipe', 'CalibrationReport',
-           'token_windows', 'calibrate', 'describe_data', 'windows_fingerprint', 'open_checkpoint_dir',
-           'report_summary', 'report_html', 'BATCH_BYTES', 'CAPTURE_BUDGET', 'CAPTURE_FLOOR', 'windows_at_once',
+           'rescale_value_output', 'BATCH_BYTES', 'CAPTURE_BUDGET', 'CAPTURE_FLOOR', 'windows_at_once',
            'valid_by_windows', 'ols_by_windows', 'mean_by_windows', 'mse_backward', 'capture_bytes', 'capture_groups']
 
 # %% ../nbs/05_calibrate.ipynb #b40584c1
@@ -18,28 +18,34 @@ import copy, hashlib, json, math, os, re, shlex, sys, time, types, warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from dataclasses import dataclass, field, fields, asdict, replace
-import torch, torch.nn.functional as F
+import torch
 import pandas as pd
 import plotly.graph_objects as go
 from tqdm.auto import tqdm
 from .device import default_device
-from .taylor import ols_scale, ols_sums, ols_from_sums, softplus_inv, _as_float
 from .gdn import GatedDeltaNet, release_kernel_buffers, kernel_buffers_at_most
-from .kda import KimiDeltaAttention
-from .mamba2 import Mamba2Layer
 from .teacher import corpus_token_ids, SPLITS
-from .stats import attention_stats
-from .convert import to_hybrid, check_teacher, attention_geometry, repeat_kv_heads, copy_module, unshare_weights, gdn_modules
-from .hybrid import decoder_layers, mixer_class
+from .attention import repeat_kv_heads, value_output_norms, balanced_gauge, rescale_value_output
+from .targets import (
+    b_dt, half_life, realised_half_life, realised_beta, concentration_minmax, concentration_relative, beta_star, concentration, alpha_star,
+    context_rms, constant_direction)
+from .gdn_calibrate import (
+    set_decay, set_write_gate, gated_head_outputs, set_value_scale, set_output_gate, set_constant_output_gate)
+from .mixers import mixer_class, mixer_of
+from .convert import to_hybrid, copy_module, unshare_weights, gdn_modules
 from .policies import select_layers
 from . import windows as _memory
 from .windows import (windows_at_once, valid_by_windows, ols_by_windows, mean_by_windows, mse_backward,
-                                      capture_bytes, capture_groups, layer_captures, _valid, _width)
+                                      capture_bytes, capture_groups, layer_captures, _width)
 
 # %% ../nbs/05_calibrate.ipynb #57e42a1f
-# The memory plumbing lives in `taylor_calibrate.windows` (77_fitting_memory); its names read from here too. The tunables
-# take effect where they are read, in `windows`: `core.BATCH_BYTES` (and the capture budget) read and set that value.
-_all_ = ['BATCH_BYTES', 'CAPTURE_BUDGET', 'CAPTURE_FLOOR', 'windows_at_once', 'valid_by_windows', 'ols_by_windows', 'mean_by_windows',
+# Phase 1's shared targets (`targets`), GDN's mappings (`gdn_calibrate`), the gauge (`attention`) and the memory plumbing
+# (`windows`, 77_fitting_memory) live in their own modules; their names read from here too. The tunables take effect where
+# they are read, in `windows`: `core.BATCH_BYTES` (and the capture budget) read and set that value.
+_all_ = ['b_dt', 'half_life', 'realised_half_life', 'realised_beta', 'set_decay', 'concentration_minmax', 'concentration_relative',
+         'beta_star', 'concentration', 'set_write_gate', 'gated_head_outputs', 'set_value_scale', 'alpha_star', 'set_output_gate',
+         'context_rms', 'constant_direction', 'set_constant_output_gate', 'value_output_norms', 'balanced_gauge', 'rescale_value_output',
+         'BATCH_BYTES', 'CAPTURE_BUDGET', 'CAPTURE_FLOOR', 'windows_at_once', 'valid_by_windows', 'ols_by_windows', 'mean_by_windows',
          'mse_backward', 'capture_bytes', 'capture_groups']
 _TUNABLES = ('BATCH_BYTES', 'CAPTURE_BUDGET', 'CAPTURE_FLOOR')
 
@@ -54,254 +60,11 @@ class _Core(types.ModuleType):
 
 if __name__ == 'taylor_calibrate.core': sys.modules[__name__].__class__ = _Core
 
-# %% ../nbs/05_calibrate.ipynb #a1b2dt01
-def b_dt(d_h, min_rate=1e-3, max_rate=5.0):
-    "The decay bias b_dt = softplus^-1(clamp(ln 2 / d_h)): a GDN head's half-life of d_h tokens (A_log = 0, no input term)."
-    d_h = _as_float(d_h)
-    if (d_h <= 0).any(): raise ValueError('b_dt needs mean distances d_h > 0 (in tokens)')
-    return softplus_inv((math.log(2) / d_h).clamp(min_rate, max_rate))
-
-def half_life(b_dt, A_log=0.):
-    "The half-life t_1/2 = ln 2 / (exp(A_log) softplus(b_dt)) in tokens of a GDN head whose a_proj term is 0."
-    b_dt, A_log = _as_float(b_dt), _as_float(A_log)
-    return math.log(2) / (A_log.exp() * F.softplus(b_dt))
-
-# %% ../nbs/05_calibrate.ipynb #973b718f
-def _bisect(f, target, lo=-30., hi=30., iters=60):
-    "Per-head bisection for an increasing function f(shift [H]) -> [H] reaching `target` [H]."
-    lo, hi = torch.full_like(target, lo), torch.full_like(target, hi)
-    for _ in range(iters):
-        mid = (lo + hi) / 2
-        up = f(mid) < target
-        lo, hi = torch.where(up, mid, lo), torch.where(up, hi, mid)
-    return (lo + hi) / 2
-
-@torch.no_grad()
-def realised_half_life(gdn: GatedDeltaNet, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    "Per-head half-life in tokens, ln 2 / mean(-g_t), of a GDN layer's decay over the real tokens of x ([H, d], per key channel, for KDA)."
-    _, g = gdn.gates(x)
-    return math.log(2) / (-_valid(g, mask)).mean(0).clamp_min(1e-12)
-
-@torch.no_grad()
-def realised_beta(gdn: GatedDeltaNet, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    "Per-head mean write strength beta_t of a GDN layer over the real tokens of x."
-    beta, _ = gdn.gates(x)
-    return _valid(beta, mask).mean(0)
-
-@torch.no_grad()
-def set_decay(gdn: GatedDeltaNet, mean_distance: torch.Tensor, x=None, mask=None, exact: bool = False) -> torch.Tensor:
-    "Phase 1 decay: A_log = 0, dt_bias = b_dt(d_h) (a KDA layer: one distance per key channel, [H, d]); `exact` also cancels the input term (a_proj; KDA's f_proj) on average over x."
-    d = mean_distance.clamp_min(0.5).reshape(-1).to(gdn.dt_bias)
-    gdn.A_log.zero_()
-    gdn.dt_bias.copy_(b_dt(d))
-    if exact:
-        proj = gdn.f_proj if isinstance(gdn, KimiDeltaAttention) else gdn.a_proj
-        ax = _valid(proj(x), mask).float()                                        # [N, H] (KDA: [N, H*d])
-        rate = (math.log(2) / d).clamp(1e-3, 5.0)
-        gdn.dt_bias.copy_(_bisect(lambda b: F.softplus(ax + b).mean(0), rate))
-    return gdn.dt_bias.clone()
-
-# %% ../nbs/05_calibrate.ipynb #b2c3bs01
-def concentration_minmax(entropy):
-    "Per-layer min-max concentration in [0, 1] across heads (last dim): 1 = lowest entropy; 0.5 where all heads are equal."
-    lo, hi = entropy.amin(-1, keepdim=True), entropy.amax(-1, keepdim=True)
-    span = hi - lo
-    return torch.where(span > 0, (hi - entropy) / torch.where(span > 0, span, 1.), 0.5)
-
-def concentration_relative(rel_entropy):
-    "Concentration 1 - relative entropy (entropy / its maximum log(t+1)), clamped to [0, 1]."
-    return (1 - rel_entropy).clamp(0, 1)
-
-def beta_star(c, lo=0.3, span=0.4):
-    "The target write strength, lo + span c, of heads with concentrations c in [0, 1] (the paper: 0.3 + 0.4 c)."
-    c = _as_float(c)
-    if ((c < 0) | (c > 1)).any(): raise ValueError('beta_star needs concentrations c in [0, 1]')
-    if not (0 < lo and lo + span < 1 and span >= 0):
-        raise ValueError(f'need 0 < lo and lo + span < 1 with span >= 0 (beta must stay in (0, 1)); got lo={lo}, span={span}')
-    return lo + span * c
-
-def concentration(entropy: torch.Tensor, rel_entropy: torch.Tensor, how: str = 'minmax') -> torch.Tensor:
-    "Per-head concentration c_h in [0, 1] from entropy: min-max across the layer's heads (paper) or 1 - relative entropy."
-    if how == 'minmax': return concentration_minmax(entropy)
-    if how == 'relative': return concentration_relative(rel_entropy)
-    raise ValueError(f"unknown concentration {how!r}; accepted: 'minmax', 'relative'")
-
-# %% ../nbs/05_calibrate.ipynb #d28a57df
-@torch.no_grad()
-def set_write_gate(gdn: GatedDeltaNet, beta: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, exact: bool = False) -> torch.Tensor:
-    "Phase 1 write gate towards the target strengths `beta`: each b_proj row scaled to logit(beta)/sqrt(D) per unit mean |w| (paper); `exact` also sets the mean beta_t to `beta`."
-    W = gdn.b_proj.weight                                                       # [H, D]
-    D = W.shape[1]
-    target = beta.to(W) / (2. if gdn.allow_neg_eigval else 1.)
-    logit = torch.log(target / (1 - target))
-    W.copy_(logit[:, None] / math.sqrt(D) * W / W.abs().mean(1, keepdim=True).clamp_min(1e-12))
-    if exact:
-        xv = _valid(x, mask).float()                                            # [N, D]
-        xbar = xv.mean(0)
-        u = xv @ xbar / xbar.dot(xbar).clamp_min(1e-12)                         # [N], mean 1
-        z = xv @ W.T                                                            # [N, H]
-        delta = _bisect(lambda dl: torch.sigmoid(z + dl * u[:, None]).mean(0), target, lo=-200., hi=200.)
-        W.add_(delta[:, None] * xbar[None] / xbar.dot(xbar).clamp_min(1e-12))
-    return W.clone()
-
-# %% ../nbs/05_calibrate.ipynb #48035354
-def _head_rows(t, H):
-    "View the last dim of t as [H, d]."
-    return t.view(*t.shape[:-1], H, -1)
-
-@torch.no_grad()
-def gated_head_outputs(gdn: GatedDeltaNet, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    "What each GDN head emits into o_proj, [n, T, H, d]: RMSNorm(o) times o_norm.weight times the output gate (silu(g_proj x) for GDN), or no gate."
-    o = gdn.head_outputs(x, mask).float()
-    return gdn.o_norm(o, _head_rows(gdn.g_proj(x).float(), o.shape[-2]) if gdn.use_gate else None).float()
-
-@torch.no_grad()
-def set_value_scale(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, acting: bool = False) -> torch.Tensor:
-    "Phase 1 value scale: per-head OLS sigma* of the teacher context on the head output, applied to W_V (paper) or to o_proj (`acting`)."
-    H = gdn.num_heads
-    batch = windows_at_once(_width(gdn), x.shape[1], tensors=2, most=len(x))   # the outputs and a product, for all tokens if they fit
-    run = windows_at_once(_width(gdn), x.shape[1])                           # windows through the recurrence at once
-    if not acting:
-        rk = math.sqrt(gdn.head_k_dim)                                          # the paper's recurrence has no 1/sqrt(d)
-        sigma = ols_by_windows(lambda w: valid_by_windows(gdn.head_outputs, x[w], mask[w], run).float().mul_(rk), context, mask, batch)
-        sigma = sigma.clamp(0.1, 10.)
-        W = gdn.v_proj.weight
-        W.view(H, -1, W.shape[1]).mul_(sigma[:, None, None].to(W))
-        if gdn.v_proj.bias is not None: gdn.v_proj.bias.view(H, -1).mul_(sigma[:, None].to(W))
-    else:
-        sigma = ols_by_windows(lambda w: valid_by_windows(lambda xb, mb: gated_head_outputs(gdn, xb, mb), x[w], mask[w], run), context, mask, batch)
-        gdn.o_proj.weight.data.view(gdn.o_proj.weight.shape[0], H, -1).mul_(sigma[None, :, None])
-    return sigma
-
-# %% ../nbs/05_calibrate.ipynb #c3d4as01
-def alpha_star(context_rms, value_rms, damping=0.01):
-    "The output-gate scale, damping RMS(teacher context) / RMS(act(W_V x)); g_proj starts as this scale times W_V."
-    context_rms, value_rms = _as_float(context_rms), _as_float(value_rms)
-    if (value_rms <= 0).any(): raise ValueError('alpha_star needs value_rms > 0')
-    return damping * context_rms / value_rms
-
-# %% ../nbs/05_calibrate.ipynb #926cc262
-@torch.no_grad()
-def set_output_gate(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, damping: float = 0.01) -> float:
-    "Phase 1 output gate: g_proj = `alpha_star` W_V, the scale measured from the teacher context and act(W_V x) over the real tokens."
-    act = F.silu if gdn.qkv_activation == 'silu' else (lambda v: v)
-    batch = windows_at_once(_width(gdn), x.shape[1], tensors=3, most=len(x))   # all tokens at once if they fit
-    ctx_rms = mean_by_windows(lambda w: _valid(context[w], mask[w]).float().pow(2).mean(-1).sqrt(), len(x), batch)   # per-head RMS
-    v_ms = mean_by_windows(lambda w: act(_valid(gdn.v_proj(x[w]), mask[w]).float()).pow(2), len(x), batch)
-    alpha = alpha_star(ctx_rms, v_ms.sqrt(), damping)
-    gdn.g_proj.weight.copy_(alpha * gdn.v_proj.weight)
-    if gdn.g_proj.bias is not None: gdn.g_proj.bias.zero_()
-    return float(alpha)
-
-# %% ../nbs/05_calibrate.ipynb #cg05c001
-def _silu_inverse(s: torch.Tensor) -> torch.Tensor:
-    "The z >= 0 with silu(z) = s, for s >= 0 (bisection; silu is increasing there)."
-    return _bisect(F.silu, s, lo=0., hi=30.)
-
-def context_rms(context: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    "RMS(c_h): the root mean square of each head's teacher context [n,T,H,d] over the real tokens, [H]."
-    return _valid(context, mask).float().pow(2).mean((0, -1)).sqrt()
-
-@torch.no_grad()
-def constant_direction(x: torch.Tensor, mask: torch.Tensor, ridge: float = 1e-3) -> tuple[torch.Tensor, float]:
-    "The w with x.w ~ 1 on the real tokens of x [n,T,D] (ridge least squares, float64), and the fit's R^2: a linear map that reads a constant."
-    xv = _valid(x, mask).double()                                                # [N, D]
-    G = xv.T @ xv / len(xv)
-    w = torch.linalg.solve(G + ridge * G.diagonal().mean() * torch.eye(len(G), dtype=G.dtype), xv.mean(0))
-    return w, 1 - float((xv @ w - 1).pow(2).mean())
-
-@torch.no_grad()
-def set_constant_output_gate(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, damping: float = 0.01,
-                             ridge: float = 1e-3) -> tuple[torch.Tensor, float]:
-    "Phase 1 output gate, constant per head: g_proj rows z_h w with x.w ~ 1 by least squares and silu(z_h) = damping RMS(c_h); returns (the gate values [H], the fit's R^2)."
-    w, r2 = constant_direction(x, mask, ridge)                                   # x . w ~ 1
-    s = damping * context_rms(context, mask)                                     # [H]: the gate each head should have
-    z = _silu_inverse(s.double())
-    gdn.g_proj.weight.copy_((z.repeat_interleave(gdn.head_v_dim)[:, None] * w[None]).to(gdn.g_proj.weight))
-    if gdn.g_proj.bias is not None: gdn.g_proj.bias.zero_()
-    return s, r2
-
-# %% ../nbs/05_calibrate.ipynb #fe5a545a
-def _value_output_blocks(teacher):
-    "Per decoder layer: (self_attn, query heads, KV heads, head dim)."
-    check_teacher(teacher)
-    return [(l.self_attn, *attention_geometry(l.self_attn)) for l in decoder_layers(teacher)]
-
-@torch.no_grad()
-def value_output_norms(teacher) -> tuple[torch.Tensor, torch.Tensor]:
-    "Per layer and KV head, [L, Hkv] each: the norm of W_V's rows (with b_V) and of W_O's columns for that KV head's query heads."
-    nv, no = [], []
-    for attn, H, Hkv, d in _value_output_blocks(teacher):
-        v = attn.v_proj.weight.float().view(Hkv, -1).pow(2).sum(1)
-        if attn.v_proj.bias is not None: v = v + attn.v_proj.bias.float().view(Hkv, -1).pow(2).sum(1)
-        o = attn.o_proj.weight.float().view(-1, Hkv, (H // Hkv) * d).pow(2).sum((0, 2))
-        nv.append(v.sqrt()); no.append(o.sqrt())
-    return torch.stack(nv), torch.stack(no)
-
-def balanced_gauge(teacher) -> torch.Tensor:
-    "The factors k [L, Hkv] for which `rescale_value_output(teacher, k)` has equal W_V and W_O norms per KV head."
-    nv, no = value_output_norms(teacher)
-    return (nv / no.clamp_min(1e-30)).sqrt()
-
-def _gauge_factors(k, L: int, Hkv: int) -> torch.Tensor:
-    "k as a float64 [L, Hkv] tensor, validated: a positive finite scalar, or one per layer and KV head."
-    try: t = torch.as_tensor(k, dtype=torch.float64)
-    except (TypeError, ValueError, RuntimeError): raise ValueError(f'k must be a number or an [layers, KV heads] array of numbers, got {type(k).__name__}') from None
-    if t.ndim == 0: t = t.expand(L, Hkv)
-    if t.shape != (L, Hkv): raise ValueError(f'k has shape {tuple(t.shape)}; expected a scalar or one factor per layer and KV head, shape ({L}, {Hkv})')
-    if not torch.isfinite(t).all(): raise ValueError('k must be finite (got NaN or infinity)')
-    if (t <= 0).any(): raise ValueError(f'k must be positive (got {t.min().item():g}); a rescaling by k <= 0 is not a gauge transformation')
-    return t
-
-@torch.no_grad()
-def rescale_value_output(teacher, k):
-    "A copy of `teacher` with W_V, b_V -> W_V/k, b_V/k and W_O's matching columns -> k W_O per KV head: the same function."
-    blocks = _value_output_blocks(teacher)
-    H, Hkv, d = blocks[0][1:]
-    if any(b[1:] != (H, Hkv, d) for b in blocks): raise ValueError('layers of different attention shapes are not supported')
-    k = _gauge_factors(k, len(blocks), Hkv)
-    out = copy.deepcopy(teacher)
-    for (attn, *_), kl in zip(_value_output_blocks(out), k):
-        v, o = attn.v_proj, attn.o_proj
-        v.weight.copy_((v.weight.double().view(Hkv, -1) / kl[:, None]).view_as(v.weight))
-        if v.bias is not None: v.bias.copy_((v.bias.double().view(Hkv, -1) / kl[:, None]).view_as(v.bias))
-        o.weight.copy_((o.weight.double().view(o.weight.shape[0], Hkv, -1) * kl[None, :, None]).view_as(o.weight))
-    return out
-
-@torch.no_grad()
-def _gauge_gdn(gdn: GatedDeltaNet, k: torch.Tensor):
-    "Rescale a converted layer's copied W_V (and b_V) by 1/k and o_proj's columns by k, per GDN head: the copy of a rescaled teacher."
-    H = gdn.num_heads
-    gdn.v_proj.weight.view(H, -1, gdn.v_proj.weight.shape[1]).div_(k[:, None, None].to(gdn.v_proj.weight))
-    if gdn.v_proj.bias is not None: gdn.v_proj.bias.view(H, -1).div_(k[:, None].to(gdn.v_proj.bias))
-    gdn.o_proj.weight.view(gdn.o_proj.weight.shape[0], H, -1).mul_(k[None, :, None].to(gdn.o_proj.weight))
-
 # %% ../nbs/05_calibrate.ipynb #92411769
-def phase1(gdn: GatedDeltaNet, head_stats: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor, recipe) -> dict:
-    "Run Phase 1 on one GDN layer from its teacher head statistics and calibration I/O, with the constants of `recipe` (a `Recipe`); returns the per-head targets."
-    if isinstance(gdn, Mamba2Layer):                                            # one step size for decay and write: 14_mamba2_calibrate
-        from taylor_calibrate.mamba2_calibrate import mamba2_phase1
-        return mamba2_phase1(gdn, head_stats, x, context, mask, recipe)
-    c = concentration(head_stats['entropy'], head_stats['rel_entropy'], recipe.concentration)
-    beta = beta_star(c, recipe.beta_lo, recipe.beta_span)
-    d = head_stats['mean_distance']
-    if isinstance(gdn, KimiDeltaAttention):                                     # a decay per key channel and a constant gate: 12_kda_calibrate
-        from taylor_calibrate.kda_calibrate import channel_distance, set_constant_gate
-        pairs = head_stats.get('pair_distance')
-        d = channel_distance(pairs, d) if pairs is not None else d[:, None].expand(-1, gdn.head_k_dim)
-        set_gate = lambda: float(set_constant_gate(gdn, context, mask, recipe.damping).mean())
-    elif recipe.constant_gate: set_gate = lambda: float(set_constant_output_gate(gdn, context, x, mask, recipe.damping)[0].mean())
-    else: set_gate = lambda: set_output_gate(gdn, context, x, mask, recipe.damping)
-    set_decay(gdn, d, x, mask, exact=recipe.exact_decay)
-    set_write_gate(gdn, beta, x, mask, exact=recipe.exact_beta)
-    gate = lambda: set_gate() if getattr(gdn, 'use_gate', True) else math.nan   # a layer may have no gate
-    if recipe.acting_scale:
-        alpha = gate()
-        sigma = set_value_scale(gdn, context, x, mask, acting=True)
-    else:
-        sigma = set_value_scale(gdn, context, x, mask, acting=False)
-        alpha = gate()
-    return dict(concentration=c, beta_star=beta, dt_bias=gdn.dt_bias.detach().clone(), sigma=sigma, alpha=alpha)
+def phase1(gdn: GatedDeltaNet, head_stats: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor, recipe,
+           variant: str = 'closed_form') -> dict:
+    "Run Phase 1 on one converted layer from its teacher head statistics and calibration I/O, with the constants of `recipe` (a `Recipe`): the function its mixer's table entry names for `variant`; returns the per-head targets."
+    return mixer_of(gdn).phase1_for(variant)(gdn, head_stats, x, context, mask, recipe)
 
 # %% ../nbs/05_calibrate.ipynb #602666ec
 def layer_fit(gdn: GatedDeltaNet, x: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, batch: int | None = None) -> dict:
@@ -317,15 +80,13 @@ def layer_fit(gdn: GatedDeltaNet, x: torch.Tensor, target: torch.Tensor, mask: t
             yy += y.pow(2).sum().item(); tt += t.pow(2).sum().item(); n += m.sum().item()
     return dict(mse=se / (n * target.shape[-1]), cos=dot / n, ratio=math.sqrt(yy / max(tt, 1e-300)))
 
-_FROZEN = ('o_proj', 'o_norm', 'out_proj')          # GDN and KDA, then Mamba2 (whose amplitude, norm.weight, is a gate here)
-_PROJECTIONS = ('q_proj', 'k_proj', 'v_proj', 'in_proj', 'conv1d')
-
 def _param_groups(gdn, recipe):
-    qkv, gates = [], []
+    "The layer's parameters at the projections' and the gates' rates; those its mixer's entry names `frozen` stay as they are."
+    m, qkv, gates = mixer_of(gdn), [], []
     for name, p in gdn.named_parameters():
-        if name.startswith(_FROZEN): p.requires_grad_(False); continue
+        if name.startswith(m.frozen): p.requires_grad_(False); continue
         p.requires_grad_(True)
-        (qkv if name.startswith(_PROJECTIONS) else gates).append(p)
+        (qkv if name.startswith(m.projections) else gates).append(p)
     return [dict(params=qkv, lr=recipe.lr_qkv), dict(params=gates, lr=recipe.lr_gates)]
 
 def phase2(gdn: GatedDeltaNet, x: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, recipe,
@@ -663,7 +424,7 @@ def _check_vocab(teacher, tokenizer, windows=None):
 def _head_rows_report(l, st, targets, gdn, x, mask):
     beta, hl = realised_beta(gdn, x, mask), realised_half_life(gdn, x, mask)
     H = gdn.num_heads
-    hl, dt_bias = hl.view(H, -1).median(-1).values, gdn.dt_bias.detach().view(H, -1).median(-1).values   # KDA: each head's median channel
+    hl, dt_bias = hl.view(H, -1).median(-1).values, gdn.dt_bias.detach().view(H, -1).median(-1).values   # a decay per key channel: the median
     rows = []
     for h in range(gdn.num_heads):
         r = dict(layer=l, head=h, mean_distance=float(st['mean_distance'][h]), entropy=float(st['entropy'][h]),
@@ -679,7 +440,7 @@ def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None,
               calib_tokens: int | None = None, heldout_tokens: int | None = None, steps: int | None = None,
               selection_data='valid', seed: int = 0, device=None, progress: bool = True, gdn_options: dict | None = None,
               mixer: str = 'gdn', checkpoint_dir=None):
-    """Convert `teacher` to a hybrid keeping `keep` as attention and `mixer` layers ('gdn', 'kda' or 'mamba2') elsewhere,
+    """Convert `teacher` to a hybrid keeping `keep` as attention and `mixer` layers ('gdn', 'kda', 'mamba2' or a registered one) elsewhere,
     initialised by `init`; returns it with `.calibration_report`. With `checkpoint_dir`, the layer choice and each
     calibrated layer are saved there as soon as they exist, and a call with the same arguments and folder loads them
     instead of computing them again: a killed `calibrate` resumes where it stopped."""
@@ -780,23 +541,6 @@ def _on_device(teacher, device):
     if have.type == want.type and want.index in (None, have.index): return teacher   # 'cuda' means whichever GPU it is on
     return copy_module(teacher, lambda t: t.to(device))
 
-def _gauge_mixer(layer, k):
-    "The copy of the balanced teacher in any converted layer: `_gauge_gdn`, or its Mamba2 form (14_mamba2_calibrate)."
-    if not isinstance(layer, Mamba2Layer): return _gauge_gdn(layer, k)
-    from taylor_calibrate.mamba2_calibrate import gauge_mamba2
-    gauge_mamba2(layer, k)
-
-@torch.no_grad()
-def _close_gate(layer):
-    "The zero-gate baseline in any converted layer: the branch emits exactly nothing."
-    if isinstance(layer, KimiDeltaAttention):
-        from taylor_calibrate.kda_calibrate import close_output_gate
-        close_output_gate(layer)
-    elif isinstance(layer, Mamba2Layer):
-        from taylor_calibrate.mamba2_calibrate import close_mamba2_gate
-        close_mamba2_gate(layer)
-    else: layer.g_proj.weight.zero_()
-
 def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress, checkpoint_dir=None):
     "Calibrate the GDN layers of an already converted hybrid on (calibration, held-out) windows, on the teacher's device; layers saved in `checkpoint_dir` (an opened one) are loaded, the others saved there once calibrated."
     cal, held = windows
@@ -823,9 +567,9 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress, check
             gdn.float()                                   # calibrate in float32 (a bf16 teacher gives bf16 layers); cast back below
             if gauge is not None:                         # the copy of the balanced teacher, and its context
                 k = repeat_kv_heads(gauge[l].float(), len(gauge[l]), gdn.num_heads).to(device)   # per query head
-                _gauge_mixer(gdn, k); ctx.div_(k[:, None])
+                mixer_of(gdn).part('gauge')(gdn, k); ctx.div_(k[:, None])
                 lr.update(gauge_k=float(gauge[l].float().log().mean().exp()))
-            if recipe.zero_gate: _close_gate(gdn)
+            if recipe.zero_gate: mixer_of(gdn).part('close_gate')(gdn)
             fit = layer_fit(gdn, *heldout); lr.update(mse_copy=fit['mse'], cos_copy=fit['cos'], ratio_copy=fit['ratio'])
             targets = None
             if recipe.phase1:
