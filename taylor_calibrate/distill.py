@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from .teacher import perplexity
 from .hybrid import teacher_model_type
 from .convert import unshare_weights
-from .core import windows_fingerprint
+from .resume import windows_fingerprint
 
 # %% ../nbs/06_distill.ipynb #4950fe21
 def distill_loss(student_logits, teacher_logits, input_ids=None, ce_weight: float = 0.0):

@@ -19,8 +19,11 @@ from plotly.subplots import make_subplots
 from .gdn import GatedDeltaNet, readable_fraction
 from .teacher import load_teacher, attention_maps, EXAMPLE_HEAD
 from .stats import AttentionStats, attention_stats
-from .convert import check_teacher, decoder_layers, gdn_options_for, copy_attention_into_gdn
-from .core import token_windows, b_dt, half_life, beta_star, concentration, get_recipe, phase1, layer_fit, realised_half_life, realised_beta
+from .attention import check_teacher, decoder_layers
+from .convert import gdn_options_for
+from .targets import b_dt, half_life, beta_star, concentration, realised_half_life, realised_beta
+from .gdn_calibrate import copy_attention_into_gdn
+from .core import token_windows, get_recipe, phase1, layer_fit
 
 # %% ../nbs/07_explore.ipynb #815f04c3
 _AVERAGED = ('mean_distance', 'entropy', 'distance_hist')

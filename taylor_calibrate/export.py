@@ -13,6 +13,7 @@ import torch, torch.nn as nn
 from .cache import _head_dim, _layer_windows
 from .hybrid import decoder_layers, write_calibration_report
 from .convert import converted_layers
+from .mixers import get_mixer
 from .outputs import atomic_dir
 
 logger = logging.getLogger(__name__)
@@ -48,8 +49,6 @@ def _qkv_bias(model) -> bool:
 
 def _granite_blockers(model, spec) -> list[str]:
     "What the granitemoehybrid layout (Mamba2 layers beside RoPE attention without q/k norms, a dense SwiGLU MLP) cannot represent."
-    if (mixer := spec.get('mixer', 'gdn')) != 'mamba2':
-        return [f"{mixer.upper()} layers (mixer {mixer!r}): the layout's linear layers are Mamba2, one decay per head set by the step"]
     c, o, layers, conv = model.config, spec['gdn_options'], decoder_layers(model), set(spec['converted_layers'])
     kept, kinds, out = _kept_attention(model), {_mlp_kind(l.mlp) for l in layers}, []
     if any(getattr(a, n, None) is not None for a in kept for n in ('q_norm', 'k_norm')): out.append('q/k norms in kept layers')
@@ -65,13 +64,17 @@ def _granite_blockers(model, spec) -> list[str]:
         out.append("a Mamba2 time-step limit (the layout's one-token decoding step does not clamp the step)")
     return out
 
+_LINEAR_LAYERS = {'qwen3_5': "the layout's linear attention is Gated DeltaNet, one decay per head",
+                  'qwen3_5_moe': "the layout's linear attention is Gated DeltaNet, one decay per head",
+                  'granitemoehybrid': "the layout's linear layers are Mamba2, one decay per head set by the step"}
+
 def export_blockers(model, layout: str = 'qwen3_5') -> list[str]:
     "Each feature of hybrid `model` that `layout` cannot represent exactly, as a short phrase (an empty list: the export is exact)."
     if layout not in EXPORT_LAYOUTS: raise ValueError(f'unknown layout {layout!r}; accepted: {", ".join(EXPORT_LAYOUTS)}')
     spec = _spec_of(model)
+    if layout not in get_mixer(mixer := spec.get('mixer', 'gdn')).layouts:   # the mixer table: which layouts represent a mixer
+        return [f"{mixer.upper()} layers (mixer {mixer!r}): {_LINEAR_LAYERS[layout]}"]
     if layout == 'granitemoehybrid': return _granite_blockers(model, spec)
-    if (mixer := spec.get('mixer', 'gdn')) != 'gdn':                  # the layout's linear-attention layers are Gated DeltaNet
-        return [f"{mixer.upper()} layers (mixer {mixer!r}): the layout's linear attention is Gated DeltaNet, one decay per head"]
     c, o, layers = model.config, spec['gdn_options'], decoder_layers(model)
     kept = [i for i in range(len(layers)) if i not in set(spec['converted_layers'])]
     kinds, out = {_mlp_kind(l.mlp) for l in layers}, []

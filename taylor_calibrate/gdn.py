@@ -213,6 +213,10 @@ class GatedDeltaNet(nn.Module):
         "(beta [B,T,H] after the sigmoid (x2 if allow_neg_eigval), g [B,T,H] log-decay), in float32."
         return gdn_gates(self.a_proj(hidden_states), self.b_proj(hidden_states), self.A_log, self.dt_bias, self.allow_neg_eigval)
 
+    def decay_input(self, hidden_states):
+        "The input term of the decay, W_a x [B,T,H]: what softplus adds dt_bias to."
+        return self.a_proj(hidden_states)
+
     def _qkv(self, x, mask, conv_state):
         "q, k (L2-normalised) [B,T,H,K], v [B,T,H,V], new conv tails (or None)."
         B, T, _ = x.shape

@@ -115,6 +115,10 @@ class KimiDeltaAttention(GatedDeltaNet):
         g = -self.A_log.float().exp()[:, None] * F.softplus(f + self.dt_bias.float().view(self.num_heads, self.head_k_dim))
         return beta, g
 
+    def decay_input(self, hidden_states):
+        "The input term of each key channel's decay, f_proj(x) [B,T,H*K]: what softplus adds dt_bias to."
+        return self.f_proj(hidden_states)
+
     def _rule(self, *args, **kwargs):
         "The recurrence the layer runs: KDA (one decay per key channel)."
         return kda_rule(*args, **kwargs)

@@ -11,8 +11,8 @@ import torch
 from tqdm.auto import tqdm
 from .teacher import perplexity, corpus_token_ids
 from .stats import attention_stats
-from .hybrid import decoder_layers
-from .convert import check_teacher, parse_policy, kept_count, uniform_layers, to_hybrid
+from .attention import decoder_layers, check_teacher
+from .convert import parse_policy, kept_count, uniform_layers, to_hybrid
 
 # %% ../nbs/04_convert.ipynb #10962871
 def _zero_attention_output(module, args, output):

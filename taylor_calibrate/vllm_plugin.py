@@ -5,6 +5,7 @@
 # %% ../nbs/83_vllm_plugin.ipynb #6d342893
 from __future__ import annotations
 import logging
+from .mixers import MIXERS
 
 # %% auto #0
 __all__ = ['HYBRID_PREFIX', 'CPU_GDN_HEAD_DIMS', 'SERVED_TEACHERS', 'REFUSED_TEACHERS', 'PLUGIN_NAME', 'logger', 'CONFIG_CLASSES',
@@ -46,8 +47,9 @@ def hybrid_problems(config, on_cpu: bool | None = None, dtype=None) -> list[str]
     spec = getattr(config, 'taylor_calibrate', None)
     if not isinstance(spec, dict) or not isinstance(spec.get('gdn_options'), dict):
         return ['config.json has no taylor_calibrate section with gdn_options']
-    if (mixer := spec.get('mixer', 'gdn')) != 'gdn':
-        return [f"converted layers of mixer {mixer!r} (the plugin serves Gated DeltaNet layers, mixer 'gdn')"]
+    if not getattr(MIXERS.get(mixer := spec.get('mixer', 'gdn')), 'served', False):   # the mixer table says which it serves
+        served = ', '.join(f'{m.words} layers, mixer {m.name!r}' for m in MIXERS.values() if m.served)
+        return [f'converted layers of mixer {mixer!r} (the plugin serves {served})']
     o, L, out = spec['gdn_options'], config.num_hidden_layers, []
     if missing := [k for k in ('hidden_size', 'num_heads', 'head_dim') if k not in o]: return [f'gdn_options lacks {", ".join(missing)}']
     if spec.get('format', 1) != 1: out.append(f'taylor_calibrate format {spec.get("format")!r} (the plugin reads format 1)')

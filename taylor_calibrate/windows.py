@@ -12,8 +12,7 @@ import torch, torch.nn.functional as F
 from .taylor import ols_scale, ols_sums, ols_from_sums
 from .gdn import GatedDeltaNet
 from .stats import attention_stats
-from .convert import attention_geometry
-from .hybrid import decoder_layers
+from .attention import attention_geometry, decoder_layers
 
 # %% ../nbs/77_fitting_memory.ipynb #e01b9c76
 BATCH_BYTES = 48 * 2 ** 20   # a step's batch of windows keeps its full-width float32 activations within this many bytes
