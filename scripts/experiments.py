@@ -32,21 +32,26 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
+INITS = ('naive', 'zero_gate', 'taylor_phase1', 'phase2', 'taylor', 'phase1', 'taylor+')
 POLICIES = ('uniform:0.25', 'ar:0.25', 'ga-s2:0.25', 'retrieval:0.25')
 RECOVERY_INITS = ('naive', 'zero_gate', 'taylor', 'taylor+')
 RETENTION = (0.25, 0.5, 0.75)
 RETENTION_INITS = ('naive', 'taylor', 'taylor+')
 POLICY_RETENTION = ('ar', 'retrieval', 'ga-s2')    # part 'policy-retention': these policies at 50% kept too, their layers ranked by the 25% runs' scores
-ABLATED = ('gauge_fix', 'exact_decay', 'exact_beta', 'minibatch', 'phase1')   # taylor+'s switches, each turned off in turn (part 'ablation')
-ADDED = ('constant_gate',)                      # switches taylor+ lacks, each turned on in turn (part 'ablation')
-LATER_FIELDS = {'constant_gate': False}         # recipe fields younger than the ledgers: left out of a fingerprint at their default
+ABLATED = ('phase1', 'fit', 'minibatch')       # taylor+'s switches, each turned off in turn (part 'ablation')
+ADDED = ('gauge_fix',)                          # switches taylor+ lacks, each turned on in turn (part 'ablation')
+LATER_FIELDS = {'constant_gate': False, 'fit': False}   # recipe fields younger than the ledgers: left out of a fingerprint at their default
+# Two names changed meaning when Phase 1 by least squares arrived: 'phase1' was the paper's Phase 1 alone (now 'taylor_phase1'),
+# and 'taylor+' started from the paper's mappings. Rows written before fingerprints carry these recipes' fingerprints, and
+# rows of the paper's Phase 1 under its old name are read under its new one (`relabel`).
+LEGACY_IDS = {'phase1': '5f95d6d30034', 'taylor+': 'd8dddfa40a8b'}
+RENAMED = ('phase1', 'taylor_phase1')
 STEP_CAPS = (1000,)                             # Phase 2's step cap for taylor+ in part 'budget' (its own: 300)
 RATE_FACTORS = (4,)                             # Phase 2's two learning rates times N for taylor+ in part 'budget' (scripts/phase2_rate.py)
 MECHANISM_STEPS = (30, 100)                     # part 'mechanism': Phase 2 capped at these steps (the recipes' own: 300) ...
-MECHANISM_INITS = ('phase2', 'taylor', 'taylor+ without phase1', 'taylor+')   # ... for Phase 2 from the copy and from Phase 1, both Phase 2s
+MECHANISM_INITS = ('phase2', 'taylor', 'taylor+ without phase1', 'taylor+ without fit', 'taylor+')   # ... from the copy, the paper's Phase 1, ours
 GAUGES = (10, 100)                              # part 'mechanism': the teacher rescaled to these value/output gauges (the same function)
-GAUGE_INITS = ('naive', 'phase1', 'phase2', 'taylor')
+GAUGE_INITS = ('naive', 'taylor_phase1', 'phase2', 'taylor')
 TARGETS = (1.05, 1.1, 1.25, 1.5, 2.0)          # recovery targets, x teacher validation perplexity (the paper's metric uses 1.25-2x)
 
 # ----- the list of runs -----
@@ -90,9 +95,23 @@ def jobs(parts, seeds, mini=False):
 
 # ----- the ledger -----
 def read_ledger(out_dir, setup_id):
-    rows = read_jsonl(Path(out_dir)/'runs.jsonl')
-    current = lambda r: 'recipe_id' not in r or r['recipe_id'] == recipe_id(r['job']['init'])   # rows before fingerprints: kept
+    "The ledger's rows of `setup_id` whose recipe is the one their init names now, by key (the paper's Phase 1 under its new name)."
+    rows = [relabel(r) for r in read_jsonl(Path(out_dir)/'runs.jsonl')]
+    def current(r):
+        try: now = recipe_id(r['job']['init'])
+        except ValueError: return False                     # an init no recipe of today's has (an ablated switch taylor+ lacks)
+        return r.get('recipe_id', LEGACY_IDS.get(r['job']['init'], now)) == now
     return {r['key']: r for r in rows if r['setup_id'] == setup_id and current(r)}
+
+def relabel(row):
+    "A row of the paper's Phase 1 alone written under its old name ('phase1', 'phase1 at gauge xK') as a row of 'taylor_phase1': the same recipe, renamed; its report stays under the old key (`report_key`)."
+    from taylor_calibrate.core import Recipe
+    old, new = RENAMED
+    init = row.get('job', {}).get('init', '')
+    if init != old and not init.startswith(old + ' at gauge x'): return row
+    if row.get('recipe_id', LEGACY_IDS[old]) != fingerprint(Recipe(init, phase1=True)): return row
+    job = {**row['job'], 'init': new + init[len(old):]}
+    return {**row, 'job': job, 'key': job_key(job), 'recipe_id': recipe_id(job['init']), 'report_key': row['key']}
 
 def read_jsonl(path: Path) -> list:
     return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
@@ -200,11 +219,15 @@ def gauge_of(init) -> int | None:
     "The value/output gauge K an init's teacher is rescaled to ('<init> at gauge xK'), or None."
     return int(init.partition(' at gauge x')[2]) if ' at gauge x' in init else None
 
+def fingerprint(recipe):
+    "A recipe's fields as a short hash (fields younger than the ledgers left out at their default)."
+    from dataclasses import asdict
+    fields = {k: v for k, v in asdict(recipe).items() if not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
+    return hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
 def recipe_id(init):
     "A fingerprint of an init's recipe: a ledger row made with another recipe of the same name is run again."
-    from dataclasses import asdict
-    fields = {k: v for k, v in asdict(recipe_of(init)).items() if not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
-    return hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return fingerprint(recipe_of(init))
 
 def run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept=None):
     from taylor_calibrate.core import calibrate

@@ -41,7 +41,7 @@ def compute_dtype(name: str, device=None):
 # teacher.REGISTRY_TEACHERS. The mixers are read from the mixer table, which imports nothing.
 _LAYOUTS = ('qwen3_5', 'qwen3_5_moe', 'granitemoehybrid')
 _POLICIES = ('uniform', 'ar', 'ga-s2', 'retrieval')
-_INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
+_INITS = ('naive', 'zero_gate', 'taylor_phase1', 'phase2', 'taylor', 'phase1', 'taylor+')
 _SCHEDULES = ('constant', 'constant_with_warmup', 'linear', 'cosine', 'inverse_sqrt')
 _SHIPPED = ('tiny-qwen2', 'tiny-qwen3')   # the first is the default
 _REGISTRY = ('smollm2-135m',)

@@ -69,9 +69,12 @@ if __name__ == 'taylor_calibrate.core': sys.modules[__name__].__class__ = _Core
 
 # %% ../nbs/05_calibrate.ipynb #92411769
 def phase1(gdn: GatedDeltaNet, head_stats: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor, recipe,
-           variant: str = 'closed_form') -> dict:
-    "Run Phase 1 on one converted layer from its teacher head statistics and calibration I/O, with the constants of `recipe` (a `Recipe`): the function its mixer's table entry names for `variant`; returns the per-head targets."
-    return mixer_of(gdn).phase1_for(variant)(gdn, head_stats, x, context, mask, recipe)
+           variant: str | None = None, target: torch.Tensor | None = None) -> dict:
+    "Run Phase 1 on one converted layer from its teacher head statistics and calibration I/O, with the constants of `recipe` (a `Recipe`): the function its mixer's table entry names for `variant` ('fit' for a recipe with `fit`, which also takes the teacher's attention output `target`, else 'closed_form'); returns the per-head targets."
+    variant = variant or ('fit' if recipe.fit else 'closed_form')
+    if variant != 'fit': return mixer_of(gdn).phase1_for(variant)(gdn, head_stats, x, context, mask, recipe)
+    if target is None: raise ValueError("Phase 1 by least squares fits the teacher's attention output: pass it as target=")
+    return mixer_of(gdn).phase1_for(variant)(gdn, head_stats, x, context, mask, recipe, target)
 
 # %% ../nbs/05_calibrate.ipynb #602666ec
 def layer_fit(gdn: GatedDeltaNet, x: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, batch: int | None = None) -> dict:
@@ -145,6 +148,7 @@ class Recipe:
     exact_beta: bool = False
     acting_scale: bool = False
     constant_gate: bool = False         # Phase 1's output gate constant per head instead of alpha* W_V
+    fit: bool = False                   # Phase 1 by least squares (05b): decay and write strength by what they reproduce, gate and o_proj fitted
     gauge_fix: bool = False             # convert the teacher at its balanced value/output gauge
     minibatch: bool = False
     concentration: str = 'minmax'       # or 'relative' (entropy / log(t+1))
@@ -167,7 +171,11 @@ class Recipe:
         s = 'copies W_Q, W_K, W_V and W_O from the teacher' + (' at its balanced value/output gauge' if self.gauge_fix else '')
         if self.zero_gate: s += ' and closes the output gate, so that the converted layers start silent'
         if not (self.phase1 or self.phase2 or self.zero_gate): s += "; decay, write gate and output gate stay at the GDN layer's defaults"
-        if self.phase1:
+        if self.phase1 and self.fit:
+            s += (", then chooses each head's decay and write strength by how well its output can be read into the teacher's "
+                  "attention context, fits the output gate to the context's size and o_proj to the teacher's attention output by "
+                  'least squares (Phase 1)')
+        elif self.phase1:
             exact = [w for on, w in ((self.exact_decay, 'the mean decay'), (self.exact_beta, 'the mean write strength')) if on]
             s += (', then sets decay, write gate, value scale (on ' + ('o_proj' if self.acting_scale else 'W_V') + ') and output gate '
                   + ('(constant per head) ' if self.constant_gate else '')
@@ -184,19 +192,20 @@ class Recipe:
         return s[0].upper() + s[1:] + '.'
 
 _PAPER = dict(phase1=True, phase2=True)
-_OURS = dict(exact_decay=True, exact_beta=True, acting_scale=False, gauge_fix=True, minibatch=True, calib_tokens=16384,
-             heldout_tokens=2048, batch_windows=4, patience=8)
+_FIT = dict(phase1=True, fit=True, calib_tokens=16384, heldout_tokens=2048)        # Phase 1 by least squares, on its budget
+_OURS = dict(minibatch=True, batch_windows=4, patience=8)                        # Phase 2 in mini-batches, early stopping
 RECIPES = {
     'naive': Recipe('naive'),
     'zero_gate': Recipe('zero_gate', zero_gate=True),
-    'phase1': Recipe('phase1', phase1=True),
+    'taylor_phase1': Recipe('taylor_phase1', phase1=True),
     'phase2': Recipe('phase2', phase2=True),
     'taylor': Recipe('taylor', **_PAPER),
-    'taylor+': Recipe('taylor+', **_PAPER, **_OURS),
+    'phase1': Recipe('phase1', **_FIT),
+    'taylor+': Recipe('taylor+', phase2=True, **_FIT, **_OURS),
 }
 
 def get_recipe(init) -> Recipe:
-    "The `Recipe` for an init name (`naive`, `zero_gate`, `phase1`, `phase2`, `taylor`, `taylor+`), a Recipe itself, or a recipe's fields as a dict (a report's `recipe`)."
+    "The `Recipe` for an init name (`naive`, `zero_gate`, `taylor_phase1`, `phase2`, `taylor`, `phase1`, `taylor+`), a Recipe itself, or a recipe's fields as a dict (a report's `recipe`)."
     if isinstance(init, Recipe): return init
     if isinstance(init, dict):
         known = {f.name for f in fields(Recipe)}
@@ -554,7 +563,7 @@ def _calibrate_converted(hybrid, teacher, windows, recipe, seed, progress, check
             fit = layer_fit(gdn, *heldout); lr.update(mse_copy=fit['mse'], cos_copy=fit['cos'], ratio_copy=fit['ratio'])
             targets = None
             if recipe.phase1:
-                t1 = time.time(); targets = phase1(gdn, head_st, x, ctx, m, recipe); rep.timings['phase1_s'] += time.time() - t1
+                t1 = time.time(); targets = phase1(gdn, head_st, x, ctx, m, recipe, target=y); rep.timings['phase1_s'] += time.time() - t1
                 release_kernel_buffers()
                 fit = layer_fit(gdn, *heldout); lr.update(mse_phase1=fit['mse'], cos_phase1=fit['cos'], ratio_phase1=fit['ratio'], alpha=targets['alpha'])
             del ctx                                       # the teacher context serves Phase 1 only

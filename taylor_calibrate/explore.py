@@ -245,7 +245,7 @@ def fig_beta_entropy(stats: AttentionStats, layer: int, head: int | None = None,
                              height=420, width=520, legend=dict(orientation='h', y=-0.25, yanchor='top'), margin=dict(t=60))
 
 # %% ../nbs/07_explore.ipynb #a0f09f52
-MAPPINGS = {'taylor': "paper's mapping", 'taylor+': 'ours (exact decay and beta)'}
+MAPPINGS = {'taylor': "paper's mapping", 'exact': "paper's targets, mean decay and beta solved exactly"}
 
 @dataclass(frozen=True)
 class ExploreSettings:
@@ -280,7 +280,9 @@ def phase1_fit(data: ExplorerData, s: ExploreSettings, seed: int = 0) -> dict:
     l, h, k = s.layer, s.head, data.windows_for(s.tokens)
     view = settings_view(data, s)
     st = data.stats(s.tokens)
-    recipe = replace(get_recipe(s.mapping), phase2=False, beta_lo=s.beta_lo, beta_span=s.beta_span, concentration=s.concentration)
+    exact = s.mapping == 'exact'
+    recipe = replace(get_recipe('taylor_phase1'), exact_decay=exact, exact_beta=exact, beta_lo=s.beta_lo, beta_span=s.beta_span,
+                     concentration=s.concentration)
     naive = convert_layer(data.teacher, l, seed)
     dev = naive.o_proj.weight.device
     cal, held = data.calib[l], data.heldout[l]

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['copy_attention_into_mamba2', 'mamba2_shape', 'mamba2_slot_bytes', 'set_step', 'set_constant_z', 'set_norm_amplitude',
-           'close_mamba2_gate', 'gauge_mamba2', 'mamba2_phase1']
+           'close_mamba2_gate', 'gauge_mamba2', 'mamba2_phase1', 'mamba2_fit_phase1']
 
 # %% ../nbs/14_mamba2_calibrate.ipynb #m14c0003
 import math
@@ -14,6 +14,7 @@ from .taylor import softplus_inv
 from .attention import attention_geometry, copied_projections
 from .targets import concentration, beta_star, context_rms, constant_direction
 from .windows import windows_at_once, valid_by_windows, ols_by_windows, _width
+from .fit import fit_readout
 
 # %% ../nbs/14_mamba2_calibrate.ipynb #m14c0004
 @torch.no_grad()
@@ -101,3 +102,12 @@ def mamba2_phase1(layer: Mamba2Layer, head_stats: dict, x: torch.Tensor, context
     amp = set_norm_amplitude(layer, context, x, mask, recipe.damping, acting=recipe.acting_scale)
     sigma = amp if recipe.acting_scale else torch.full_like(amp, math.nan)
     return dict(concentration=c, beta_star=beta, dt_bias=layer.dt_bias.detach().clone(), sigma=sigma, alpha=float(amp.mean()))
+
+# %% ../nbs/14_mamba2_calibrate.ipynb #59eace68
+def mamba2_fit_phase1(layer: Mamba2Layer, head_stats: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor, recipe,
+                      target: torch.Tensor) -> dict:
+    "Phase 1 by least squares on one Mamba2 layer: `mamba2_phase1`'s step, D and gate, the norm's amplitude at one, then out_proj by least squares on what reaches it (`fit_readout`, [05b](05b_fit.ipynb))."
+    targets = mamba2_phase1(layer, head_stats, x, context, mask, recipe)
+    with torch.no_grad(): layer.norm.weight.fill_(1.)
+    fit_readout(layer, x, target, mask, proj='out_proj')
+    return {**targets, 'alpha': 1.0}

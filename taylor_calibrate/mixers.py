@@ -53,12 +53,12 @@ _DELTA = dict(shape=f'{_GDN}:gdn_shape', copy=f'{_GDN}:copy_attention_into_gdn',
               gauge=f'{_GDN}:gauge_gdn', frozen=('o_proj', 'o_norm'), projections=('q_proj', 'k_proj', 'v_proj'))   # GDN's and KDA's
 
 MIXERS = {m.name: m for m in (
-    Mixer('gdn', 'Gated DeltaNet', layer='taylor_calibrate.gdn:GatedDeltaNet', phase1={'closed_form': f'{_GDN}:gdn_phase1'},
+    Mixer('gdn', 'Gated DeltaNet', layer='taylor_calibrate.gdn:GatedDeltaNet', phase1={'closed_form': f'{_GDN}:gdn_phase1', 'fit': f'{_GDN}:gdn_fit_phase1'},
           close_gate=f'{_GDN}:close_gdn_gate', layouts=('qwen3_5', 'qwen3_5_moe'), served=True, **_DELTA),
     Mixer('kda', 'Kimi Delta Attention, one decay per key channel', layer='taylor_calibrate.kda:KimiDeltaAttention',
-          phase1={'closed_form': f'{_KDA}:kda_phase1'}, close_gate=f'{_KDA}:close_output_gate', **_DELTA),
+          phase1={'closed_form': f'{_KDA}:kda_phase1', 'fit': f'{_KDA}:kda_fit_phase1'}, close_gate=f'{_KDA}:close_output_gate', **_DELTA),
     Mixer('mamba2', 'Mamba2, one step for decay and write', layer='taylor_calibrate.mamba2:Mamba2Layer', shape=f'{_M2}:mamba2_shape',
-          copy=f'{_M2}:copy_attention_into_mamba2', slot_bytes=f'{_M2}:mamba2_slot_bytes', phase1={'closed_form': f'{_M2}:mamba2_phase1'},
+          copy=f'{_M2}:copy_attention_into_mamba2', slot_bytes=f'{_M2}:mamba2_slot_bytes', phase1={'closed_form': f'{_M2}:mamba2_phase1', 'fit': f'{_M2}:mamba2_fit_phase1'},
           close_gate=f'{_M2}:close_mamba2_gate', gauge=f'{_M2}:gauge_mamba2', frozen=('out_proj',), projections=('in_proj', 'conv1d'),
           layouts=('granitemoehybrid',)))}
 

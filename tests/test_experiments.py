@@ -12,18 +12,18 @@ def test_experiments_mini(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path/'experiments.json').read_text())
     assert {'grid', 'retention', 'gqa', 'recovery'} <= set(res)
-    assert res['setup']['runs_missing'] == [] and res['setup']['runs_done'] == 12 + 1 + 6 + 4
-    assert len(res['grid']) == 12 and all(v['mean'] > 1 and v['n'] == 1 for v in res['grid'].values())
+    assert res['setup']['runs_missing'] == [] and res['setup']['runs_done'] == 14 + 1 + 6 + 4
+    assert len(res['grid']) == 14 and all(v['mean'] > 1 and v['n'] == 1 for v in res['grid'].values())
     assert res['retention']['uniform:0.25|taylor'] == res['grid']['uniform:0.25|taylor']     # a shared cell, computed once
     assert set(res['gqa']) == {'heads', 'rows_bug'}
     kept = {tuple(map(tuple, v['kept'])) for k, v in res['grid'].items() if k.startswith('ar:')}
     assert len(kept) == 1, 'every AR run reuses the one AR layer choice'
     assert set(res['recovery']['logs']) == {'naive', 'zero_gate', 'taylor', 'taylor+'}
     assert all(v['second_text']['n'] == 1 for v in res['grid'].values()) and res['teacher_second_text_ppl'] > 1
-    assert len(list((tmp_path/'reports').glob('*.json.gz'))) == 12 + 1 + 6      # each zero-shot run's calibration report
+    assert len(list((tmp_path/'reports').glob('*.json.gz'))) == 14 + 1 + 6      # each zero-shot run's calibration report
     rows = (tmp_path/'runs.jsonl').read_text().splitlines()
     keys = [json.loads(l)['key'] for l in rows]
-    assert len(keys) == len(set(keys)) == 12 + 1 + 6 + 4        # grid, gqa rows_bug, retention 50%/75%, recovery: each run once
+    assert len(keys) == len(set(keys)) == 14 + 1 + 6 + 4        # grid, gqa rows_bug, retention 50%/75%, recovery: each run once
     assert all(json.loads(l)['micro_batch'] == 1 for l in rows if '"recovery"' in l)
     assert all(json.loads(l)['valid_ppl'] > 1 for l in rows if '"zero_shot"' in l)     # the split a recipe is chosen on
     # a second invocation finds every run in the ledger and only re-summarises
@@ -55,7 +55,7 @@ def test_the_ablation_turns_off_one_switch_of_taylor_plus_at_a_time():
         diff = {k for k, v in asdict(e.recipe_of(f'taylor+ without {s}')).items() if v != full[k]}
         budget = {'calib_tokens', 'heldout_tokens', 'batch_windows', 'patience'} if s == 'minibatch' else set()
         assert diff == {'name', s} | budget, (s, diff)
-    assert e.recipe_of('taylor') is get_recipe('taylor') and e.recipe_id('taylor+') != e.recipe_id('taylor+ without gauge_fix')
+    assert e.recipe_of('taylor') is get_recipe('taylor') and e.recipe_id('taylor+') != e.recipe_id('taylor+ without fit')
     for bad in ('taylor without gauge_fix', 'taylor+ without steps'):
         try: e.recipe_of(bad); raise AssertionError(bad)
         except ValueError as x: assert 'unknown init' in str(x)
@@ -75,11 +75,26 @@ def test_an_addition_turns_on_one_switch_of_taylor_plus_and_old_fingerprints_hol
         assert full[s] is False, s
         assert {k for k, v in asdict(e.recipe_of(f'taylor+ with {s}')).items() if v != full[k]} == {'name', s}
         assert e.recipe_id(f'taylor+ with {s}') != e.recipe_id('taylor+')
-    before = {k: v for k, v in full.items() if k not in e.LATER_FIELDS}          # taylor+ as the ledgers' rows recorded it
-    assert e.recipe_id('taylor+') == hashlib.sha1(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    for bad in ('taylor with constant_gate', 'taylor+ with gauge_fix'):
+    paper = asdict(get_recipe('taylor'))                                          # every later field at its default ...
+    before = {k: v for k, v in paper.items() if k not in e.LATER_FIELDS}          # ... so taylor as the ledgers' rows recorded it
+    assert e.recipe_id('taylor') == hashlib.sha1(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    for bad in ('taylor with gauge_fix', 'taylor+ with fit'):
         try: e.recipe_of(bad); raise AssertionError(bad)
         except ValueError as x: assert 'unknown init' in str(x)
+
+def test_rows_of_the_papers_phase1_under_its_old_name_are_read_under_its_new_one(tmp_path):
+    "A row of init 'phase1' written when that name meant the paper's Phase 1 alone (with its fingerprint, or before fingerprints) is a 'taylor_phase1' row; a row of Phase 1 by least squares stays 'phase1'."
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import experiments as e
+    old = lambda init, **kw: {**dict(key=e.job_key(e.zero_shot_job('uniform:0.25', init, 0)), setup_id='s', job=e.zero_shot_job('uniform:0.25', init, 0), ppl=1.), **kw}
+    rows = [old('phase1', recipe_id=e.LEGACY_IDS['phase1']), old('phase1 at gauge x10', recipe_id='9c49f40849f3'),
+            {**old('phase1'), 'key': 'before fingerprints', 'job': {**e.zero_shot_job('uniform:0.25', 'phase1', 1)}},
+            old('phase1', recipe_id=e.recipe_id('phase1'), ppl=2.), old('taylor+', ppl=3.)]
+    for r in rows: e.append_ledger(tmp_path, r)
+    got = {(r['job']['init'], r['job']['seed']): r['ppl'] for r in e.read_ledger(tmp_path, 's').values()}
+    assert got == {('taylor_phase1', 0): 1., ('taylor_phase1 at gauge x10', 0): 1., ('taylor_phase1', 1): 1., ('phase1', 0): 2.}, got
+    from taylor_calibrate.core import Recipe
+    assert e.fingerprint(Recipe('phase1 at gauge x10', phase1=True)) == '9c49f40849f3'
 
 def test_a_step_cap_is_taylor_plus_with_only_its_steps_changed():
     sys.path.insert(0, str(ROOT/'scripts'))

@@ -63,7 +63,7 @@ def test_calibrate_gives_every_key_channel_its_heads_distance():
     from taylor_calibrate.stats import attention_stats
     teacher = random_teacher('qwen3', layers=3)
     data = torch.randint(0, 96, (6 * 64,), generator=torch.Generator().manual_seed(1))
-    recipe = replace(get_recipe('phase1'), exact_decay=False, calib_tokens=256, heldout_tokens=128)
+    recipe = replace(get_recipe('taylor_phase1'), exact_decay=False, calib_tokens=256, heldout_tokens=128)
     h = calibrate(teacher, data, keep=[0], init=recipe, seq_len=64, progress=False, mixer='kda')
     st = attention_stats(teacher, data[:256].view(4, 64), layers=[1, 2], progress=False)
     for l, kda in gdn_modules(h).items():
@@ -81,7 +81,7 @@ def test_pair_distances_reach_the_channels_when_given():
     x, mask = torch.randn(2, 16, 32), torch.ones(2, 16, dtype=torch.bool)
     pairs = torch.tensor([[2., 4., float('nan'), 8.], [16., 32., 64., 128.]])
     stats = dict(mean_distance=torch.tensor([5., 6.]), entropy=torch.tensor([1., 2.]), rel_entropy=torch.tensor([.3, .6]), pair_distance=pairs)
-    phase1(kda, stats, x, torch.randn(2, 16, 2, 8), mask, get_recipe('phase1'))
+    phase1(kda, stats, x, torch.randn(2, 16, 2, 8), mask, get_recipe('taylor_phase1'))
     want = torch.tensor([[2., 4., 5., 8.] * 2, [16., 32., 64., 128.] * 2])
     torch.testing.assert_close(kda.dt_bias.detach().view(2, 8), b_dt(want).float())
 

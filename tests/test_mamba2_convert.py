@@ -29,7 +29,7 @@ def test_every_converted_layer_is_the_recurrence_on_the_teachers_projections(kin
     teacher = random_teacher(kind, layers=3)
     data = torch.randint(0, 96, (6, 64), generator=torch.Generator().manual_seed(0))
     hybrids = [to_hybrid(teacher, [0], mixer='mamba2'),
-               calibrate(teacher, data, keep=[0], init='phase1', seq_len=64, calib_tokens=256, heldout_tokens=128, progress=False, mixer='mamba2')]
+               calibrate(teacher, data, keep=[0], init='taylor_phase1', seq_len=64, calib_tokens=256, heldout_tokens=128, progress=False, mixer='mamba2')]
     h = torch.randn(2, 29, 64, generator=torch.Generator().manual_seed(1))
     for hybrid in hybrids:
         for l, layer in gdn_modules(hybrid).items():
@@ -45,7 +45,7 @@ def test_phase1_reaches_its_targets_and_beats_the_copy():
     teacher = random_teacher('qwen3', layers=3)
     data = torch.randint(0, 96, (6 * 64,), generator=torch.Generator().manual_seed(1))
     kw = dict(keep=[0], seq_len=64, progress=False, mixer='mamba2', calib_tokens=256, heldout_tokens=128)
-    h = calibrate(teacher, data, init='phase1', **kw)
+    h = calibrate(teacher, data, init='taylor_phase1', **kw)
     naive = calibrate(teacher, data, init='naive', **kw).calibration_report
     st = attention_stats(teacher, data[:256].view(4, 64), layers=[1, 2], progress=False)
     x = torch.randn(2, 16, 64)

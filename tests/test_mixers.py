@@ -20,7 +20,7 @@ from taylor_calibrate.vllm_plugin import hybrid_problems
 
 torch.set_num_threads(1)
 TOY = Mixer('toy', 'a decaying sum of the values', layer='toy_mixer:ToyMixer', shape='toy_mixer:toy_shape',
-            copy='toy_mixer:copy_attention_into_toy', slot_bytes='toy_mixer:toy_slot_bytes', phase1={'closed_form': 'toy_mixer:toy_phase1'},
+            copy='toy_mixer:copy_attention_into_toy', slot_bytes='toy_mixer:toy_slot_bytes', phase1={'closed_form': 'toy_mixer:toy_phase1', 'fit': 'toy_mixer:toy_fit_phase1'},
             close_gate='toy_mixer:close_toy_gate', gauge='toy_mixer:gauge_toy', frozen=('o_proj',), projections=('v_proj',))
 
 
@@ -84,7 +84,7 @@ def test_a_phase1_variant_is_one_more_key(toy, teacher):
     layer = toy_mixer.ToyMixer(64, 4, 16)
     phase1(layer, {}, None, None, None, get_recipe('phase1'), variant='halved')
     assert seen == [layer]
-    with pytest.raises(ValueError, match="mixer 'toy' has no Phase 1 'lsq'; it has 'closed_form', 'halved'"):
+    with pytest.raises(ValueError, match="mixer 'toy' has no Phase 1 'lsq'; it has 'closed_form', 'fit', 'halved'"):
         phase1(layer, {}, None, None, None, get_recipe('phase1'), variant='lsq')
 
 

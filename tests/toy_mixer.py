@@ -1,11 +1,12 @@
 """A toy mixer in one module: per head, a decaying sum of the teacher's values (no keys, no queries), with its copy of the
-teacher's attention, its cache slot, its Phase 1 from the targets every mixer shares, its zero gate and its gauge. With one
+teacher's attention, its cache slot, its Phase 1 from the targets every mixer shares (and by least squares), its zero gate and its gauge. With one
 entry in the mixer table (`taylor_calibrate.mixers.register_mixer`), conversion, calibration, save and load take it.
 `tests/test_mixers.py` and the notebook `78_mixers` register it."""
 import math
 import torch, torch.nn as nn, torch.nn.functional as F
 from taylor_calibrate.attention import attention_geometry, copied_projections
 from taylor_calibrate.targets import b_dt, beta_star, concentration
+from taylor_calibrate.fit import fit_readout
 
 
 class ToyMixer(nn.Module):
@@ -65,6 +66,12 @@ def toy_phase1(layer: ToyMixer, head_stats: dict, x, context, mask, recipe) -> d
     layer.b.copy_(torch.logit(beta).to(layer.b))
     return dict(concentration=c, beta_star=beta, dt_bias=layer.dt_bias.detach().clone(), sigma=torch.full_like(beta, math.nan),
                 alpha=math.nan)
+
+def toy_fit_phase1(layer: ToyMixer, head_stats: dict, x, context, mask, recipe, target) -> dict:
+    "Phase 1 by least squares: `toy_phase1`, then W_O by least squares on what reaches it (`fit_readout`)."
+    targets = toy_phase1(layer, head_stats, x, context, mask, recipe)
+    fit_readout(layer, x, target, mask)
+    return targets
 
 @torch.no_grad()
 def close_toy_gate(layer: ToyMixer):
