@@ -193,7 +193,7 @@ class Recipe:
 
 _PAPER = dict(phase1=True, phase2=True)
 _FIT = dict(phase1=True, fit=True, calib_tokens=16384, heldout_tokens=2048)        # Phase 1 by least squares, on its budget
-_OURS = dict(minibatch=True, batch_windows=4, patience=8)                        # Phase 2 in mini-batches, early stopping
+_OURS = dict(minibatch=True, batch_windows=4, patience=8, steps=100)              # Phase 2 in mini-batches of 100 steps, early stopping
 RECIPES = {
     'naive': Recipe('naive'),
     'zero_gate': Recipe('zero_gate', zero_gate=True),

@@ -103,7 +103,7 @@ def mamba2_phase1(layer: Mamba2Layer, head_stats: dict, x: torch.Tensor, context
     sigma = amp if recipe.acting_scale else torch.full_like(amp, math.nan)
     return dict(concentration=c, beta_star=beta, dt_bias=layer.dt_bias.detach().clone(), sigma=sigma, alpha=float(amp.mean()))
 
-# %% ../nbs/14_mamba2_calibrate.ipynb #59eace68
+# %% ../nbs/14_mamba2_calibrate.ipynb #b7cad64a
 def mamba2_fit_phase1(layer: Mamba2Layer, head_stats: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor, recipe,
                       target: torch.Tensor) -> dict:
     "Phase 1 by least squares on one Mamba2 layer: `mamba2_phase1`'s step, D and gate, the norm's amplitude at one, then out_proj by least squares on what reaches it (`fit_readout`, [05b](05b_fit.ipynb))."
