@@ -240,7 +240,7 @@ def fig_beta_entropy(stats: AttentionStats, layer: int, head: int | None = None,
         fig.add_trace(go.Scatter(x=[ent[head]] * 2, y=[float(t[c]['beta_star'][head]) for c in ('minmax', 'relative')], mode='markers',
                                  name=f'head {head}', marker=dict(size=20, color='rgba(0,0,0,0)', line=dict(width=2, color='black'))))
     for y in (beta_lo, beta_lo + beta_span): fig.add_hline(y=y, line=dict(color='grey', dash='dot', width=1))
-    return fig.update_layout(title=f'layer {layer}: β* = {beta_lo:.2f} + {beta_span:.2f} c against entropy', template='plotly_white',
+    return fig.update_layout(title=f'layer {layer}: β* = {beta_lo:.2f} + {beta_span:.2f} κ against entropy', template='plotly_white',
                              xaxis_title='mean entropy H_h (nats)', yaxis=dict(title='target write strength β*', range=[0, 1]),
                              height=420, width=520, legend=dict(orientation='h', y=-0.25, yanchor='top'), margin=dict(t=60))
 
@@ -303,7 +303,7 @@ def numbers_html(view: dict) -> str:
     "The selected head's statistics and Phase-1 targets as a small HTML table."
     rows = [('mean attention distance d_h', f"{view['mean_distance']:.2f} tokens"),
             ('entropy H_h', f"{view['entropy']:.3f} nats ({view['rel_entropy']:.3f} of log(t+1))"),
-            ('concentration c_h', f"{view['concentration']:.3f}"),
+            ('concentration κ_h', f"{view['concentration']:.3f}"),
             ('write strength β*', f"{view['beta_star']:.3f}"),
             ('decay bias dt_bias (A_log = 0)', f"{view['dt_bias']:.3f}"),
             ('half-life', f"{view['half_life']:.2f} tokens ({view['multiplier']:.2f} × d_h)"),
@@ -314,7 +314,7 @@ def numbers_html(view: dict) -> str:
 def fit_html(runs: list) -> str:
     "A table of Phase-1 runs (from `phase1_fit`), newest first: constants used and held-out MSE / cosine, naive copy vs Phase 1."
     if not runs: return '<i>Press the button to convert the selected layer and run Phase 1 with these constants.</i>'
-    head = ['layer', 'mapping', 'm', 'β lo', 'β span', 'c', 'tokens', 'MSE copy', 'MSE Phase 1', 'cos copy', 'cos Phase 1',
+    head = ['layer', 'mapping', 'm', 'β lo', 'β span', 'κ', 'tokens', 'MSE copy', 'MSE Phase 1', 'cos copy', 'cos Phase 1',
             'head: half-life target / realised', 'dt_bias', 'β* / realised mean β']
     def row(r):
         s = r['settings']
@@ -408,14 +408,14 @@ _DOCS_POINTS = 32  # kernel points per curve in the static figure (it carries ev
 _NUMBERS_HEADER = ('<b>teacher head</b>', '', '<b>GDN head</b>', '')
 
 def _readable_name(v: dict, lo: float, span: float) -> str:
-    return f"readable with delta-rule writes at β* = {v['beta_star']:.2f} ({lo:.2f} + {span:.2f} c)"
+    return f"readable with delta-rule writes at β* = {v['beta_star']:.2f} ({lo:.2f} + {span:.2f} κ)"
 
 def _numbers_cells(v: dict, lo: float, span: float) -> list:
     "One view's numbers for the static twin's table, as its four columns: the teacher head's statistics and the GDN head's targets, name then value."
-    return [['mean distance d<sub>h</sub>', 'entropy H<sub>h</sub>', 'H<sub>h</sub> / log(t+1)', 'concentration c<sub>h</sub>'],
+    return [['mean distance d<sub>h</sub>', 'entropy H<sub>h</sub>', 'H<sub>h</sub> / log(t+1)', 'concentration κ<sub>h</sub>'],
             [f"{v['mean_distance']:.2f} tokens", f"{v['entropy']:.3f} nats", f"{v['rel_entropy']:.3f}", f"{v['concentration']:.3f}"],
             ['half-life t<sub>1/2</sub>', 'dt_bias', 'β*<sub>h</sub>', 'memory look-back'],
-            [f"{v['half_life']:.2f} tokens", f"{v['dt_bias']:.3f}", f"{v['beta_star']:.3f} = {lo:.2f} + {span:.2f} c<sub>h</sub>",
+            [f"{v['half_life']:.2f} tokens", f"{v['dt_bias']:.3f}", f"{v['beta_star']:.3f} = {lo:.2f} + {span:.2f} κ<sub>h</sub>",
              f"{v['implied_distance']:.2f} tokens"]]
 
 def _numbers_table(v: dict, lo: float, span: float, domain: list, visible: bool) -> go.Table:
@@ -424,7 +424,7 @@ def _numbers_table(v: dict, lo: float, span: float, domain: list, visible: bool)
     return go.Table(header=dict(values=list(_NUMBERS_HEADER), align=align, fill_color='#eef1f5', font=dict(size=13), height=26),
                     cells=dict(values=_numbers_cells(v, lo, span), align=align, font=dict(size=13), height=24, fill_color='white'),
                     columnwidth=[1.3, 1, 1.1, 1.5], domain=dict(x=[0, 1], y=domain), visible=visible,
-                    name=f'numbers at β* = {lo:.2f} + {span:.2f} c')
+                    name=f'numbers at β* = {lo:.2f} + {span:.2f} κ')
 
 def explorer_figure(stats: AttentionStats, seq_len: int, head_dim: int, multipliers=DOCS_MULTIPLIERS, beta_lo: float = 0.3,
                     beta_span: float = 0.4, how: str = 'minmax', layers=None, betas=DOCS_BETAS, head: tuple | None = None) -> go.Figure:
@@ -464,7 +464,7 @@ def explorer_figure(stats: AttentionStats, seq_len: int, head_dim: int, multipli
                     x=0.3, len=0.7, y=below_top(45), yanchor='top', pad=dict(t=0))
     visible = lambda j: [order[k] == j for k in range(len(order))]
     b_slider = dict(active=b0, currentvalue=dict(prefix='β*<sub>h</sub> = '), x=0, len=1, y=below_top(135), yanchor='top', pad=dict(t=0, l=10, r=40),
-                    steps=[dict(label=f'{lo:.2f} + {span:.2f} c<sub>h</sub>', method='restyle', args=[{'visible': visible(j) * 2}, readable + tables])
+                    steps=[dict(label=f'{lo:.2f} + {span:.2f} κ<sub>h</sub>', method='restyle', args=[{'visible': visible(j) * 2}, readable + tables])
                            for j, (lo, span) in enumerate(betas)])
     def head_data(key):
         tr = [_kernel_traces(v) for v in views[key][m0]]

@@ -15,7 +15,7 @@ from .fit import fit_readout
 # %% ../nbs/12_kda_calibrate.ipynb #k12c0008
 @torch.no_grad()
 def set_constant_gate(kda: KimiDeltaAttention, context: torch.Tensor, mask: torch.Tensor, damping: float = 0.01) -> torch.Tensor:
-    "Phase 1 output gate of a KDA layer: zero weights and the bias logit(damping RMS(c_h)) per head, from the teacher context [n,T,H,d]; returns the gate values [H]."
+    "Phase 1 output gate of a KDA layer: zero weights and the bias logit(damping RMS(context)) per head, from the teacher context c_{t,h} [n,T,H,d]; returns the gate values [H]."
     s = (damping * context_rms(context, mask)).clamp(1e-6, 1 - 1e-6)
     last = kda.g_proj[-1]
     last.weight.zero_()
@@ -34,7 +34,7 @@ def kda_phase1(kda: KimiDeltaAttention, head_stats: dict, x: torch.Tensor, conte
     d = channel_distance(pairs, d) if pairs is not None else d[:, None].expand(-1, kda.head_k_dim)
     return delta_rule_phase1(kda, d, head_stats, x, context, mask, recipe, lambda: float(set_constant_gate(kda, context, mask, recipe.damping).mean()))
 
-# %% ../nbs/12_kda_calibrate.ipynb #237f62fa
+# %% ../nbs/12_kda_calibrate.ipynb #f7ee9b9d
 def kda_fit_phase1(kda: KimiDeltaAttention, head_stats: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor, recipe,
                    target: torch.Tensor) -> dict:
     "Phase 1 by least squares on one KDA layer: `kda_phase1`'s decay and write strength, the gate open at one half at every token, then o_proj by least squares on what reaches it (`fit_readout`, [05b](05b_fit.ipynb))."

@@ -67,7 +67,7 @@ def set_constant_z(layer: Mamba2Layer, x: torch.Tensor, mask: torch.Tensor, leve
 @torch.no_grad()
 def set_norm_amplitude(layer: Mamba2Layer, context: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, damping: float = 0.01,
                        acting: bool = False) -> torch.Tensor:
-    "Phase 1 amplitude of a Mamba2 layer in norm.weight, per head: damping RMS(c_h), or (`acting`) the least-squares sigma*_h of c_h on the head's normalised output; returns it [H]."
+    "Phase 1 amplitude of a Mamba2 layer in norm.weight, per head: damping RMS(context), or (`acting`) the least-squares sigma*_h of the teacher context c_{t,h} on the head's normalised output; returns it [H]."
     if acting:
         layer.norm.weight.fill_(1.)
         batch = windows_at_once(_width(layer), x.shape[1], tensors=2, most=len(x))
@@ -86,7 +86,7 @@ def close_mamba2_gate(layer: Mamba2Layer):
 # %% ../nbs/14_mamba2_calibrate.ipynb #m14c0010
 @torch.no_grad()
 def gauge_mamba2(layer: Mamba2Layer, k: torch.Tensor):
-    "Rescale a converted Mamba2 layer's copied W_V (the x rows of in_proj and their conv bias) by 1/k and out_proj's columns by k, per head."
+    "Rescale a converted Mamba2 layer's copied W_V (the x rows of in_proj and their conv bias) by 1/ρ and out_proj's columns by ρ, per head, where ρ is the gauge factor `k` [H]."
     I, kk = layer.intermediate, k.repeat_interleave(layer.head_dim).to(layer.in_proj.weight)
     layer.in_proj.weight[I:2 * I].div_(kk[:, None]); layer.conv1d.bias[:I].div_(kk)
     layer.out_proj.weight.mul_(kk[None])
@@ -103,7 +103,7 @@ def mamba2_phase1(layer: Mamba2Layer, head_stats: dict, x: torch.Tensor, context
     sigma = amp if recipe.acting_scale else torch.full_like(amp, math.nan)
     return dict(concentration=c, beta_star=beta, dt_bias=layer.dt_bias.detach().clone(), sigma=sigma, alpha=float(amp.mean()))
 
-# %% ../nbs/14_mamba2_calibrate.ipynb #b7cad64a
+# %% ../nbs/14_mamba2_calibrate.ipynb #d070bc2e
 def mamba2_fit_phase1(layer: Mamba2Layer, head_stats: dict, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor, recipe,
                       target: torch.Tensor) -> dict:
     "Phase 1 by least squares on one Mamba2 layer: `mamba2_phase1`'s step, D and gate, the norm's amplitude at one, then out_proj by least squares on what reaches it (`fit_readout`, [05b](05b_fit.ipynb))."

@@ -22,7 +22,7 @@ class Mixer:
     slot_bytes: object           # slot_bytes(options, batch_size, dtype) -> bytes of one layer's state in its cache slot
     phase1: dict = field(default_factory=dict)   # variant -> phase1(layer, head_stats, x, context, mask, recipe) -> targets
     close_gate: object = None    # close_gate(layer): the zero-gate baseline (the branch emits nothing)
-    gauge: object = None         # gauge(layer, k): the copy of the teacher rescaled to value/output gauge k, per head
+    gauge: object = None         # gauge(layer, k): the copy of the teacher rescaled by the value/output gauge factor ρ = k, per head
     frozen: tuple = ()           # parameter-name prefixes Phase 2 leaves as they are
     projections: tuple = ()      # parameter-name prefixes Phase 2 trains at the projections' rate (the others at the gates')
     layouts: tuple = ()          # the native export layouts that represent it, the default first

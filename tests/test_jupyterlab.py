@@ -123,7 +123,7 @@ _STATE = r'''cell => {
 }'''
 
 MULT, BETA_LO, BETA_SPAN = 'half-life × d_h', 'β lo', 'β span'
-BETA, DT, HALF, CONC = 'write strength β*', 'decay bias dt_bias (A_log = 0)', 'half-life', 'concentration c_h'
+BETA, DT, HALF, CONC = 'write strength β*', 'decay bias dt_bias (A_log = 0)', 'half-life', 'concentration κ_h'
 num = lambda s: float(re.match(r'\s*(-?[\d.]+)', s).group(1))
 
 def _explore_cell(page):
