@@ -197,3 +197,14 @@ def test_convert_resumes_from_its_checkpoint_dir(tmp_path):
     r = run(*args[:-1], tmp_path/'ckpt', '--steps', '3', '--out', tmp_path/'other')
     assert r.returncode == 1 and r.stderr.count('\n') == 1 and 'another recipe; name another --checkpoint-dir' in r.stderr, r.stderr
     assert not (tmp_path/'other').exists()
+
+def test_the_command_line_tests_pass_in_the_folder_readme_leaves(tmp_path):
+    "README runs the demo in the clone's root, then the tests there: what its commands leave in that folder changes no test's outcome."
+    clone = tmp_path/'clone'
+    for d in ('taylor-calibrate-demo', 'qwen-hybrid', 'hybrid', 'hybrid-qwen3_5'):   # the folders README's commands write
+        (clone/d).mkdir(parents=True); (clone/d/'run.json').write_text('{}')
+    here = Path(__file__).parent
+    r = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', str(here/'test_cli.py'),
+                        f"{here/'test_cli_run.py'}::test_convert_bad_input"], capture_output=True, text=True, cwd=clone, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert sorted(p.name for p in clone.iterdir() if not p.name.startswith('.')) == ['hybrid', 'hybrid-qwen3_5', 'qwen-hybrid', 'taylor-calibrate-demo']
