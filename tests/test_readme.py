@@ -88,6 +88,8 @@ def test_the_real_teacher_demo_in_readme_is_what_the_command_line_printed():
     section = (ROOT/'README.md').read_text().split('### On a real model', 1)[1].split('\n## ', 1)[0]
     blocks = re.findall(r'```(\w*)\n(.*?)```', section, re.S)
     assert blocks[0] == ('sh', 'taylor-calibrate demo --teacher smollm2-135m\n') and blocks[1][0] == ''
+    from taylor_calibrate.teacher import CACHE_ENV, DEFAULT_CACHE
+    assert f'`{DEFAULT_CACHE}`' in section and f'set `{CACHE_ENV}` to another folder' in section   # where the fetched teacher is kept
     assert blocks[1][1].splitlines() == out
     assert out[0].startswith(f'teacher: smollm2-135m ({_teacher_origin("smollm2-135m")}; llama, 30 layers); keep uniform:0.25')
     assert re.fullmatch(r'threads: 2 \(--threads auto: 2 CPU cores, 0 of them busy when the command started \(load average 0\.\d\d\)\)', out[1])
