@@ -8,6 +8,13 @@ sys.path.insert(0, str(ROOT/'scripts'))
 @pytest.fixture
 def root(): return ROOT
 
+@pytest.fixture(autouse=True)
+def in_an_empty_folder(tmp_path_factory, monkeypatch):
+    """Every test runs in a new empty working folder, and so do the commands it starts: none reads or writes the folder pytest
+    was started in, where README's commands leave their output (the demo's taylor-calibrate-demo/ in the clone's root).
+    Files of the repository are read through ROOT."""
+    monkeypatch.chdir(tmp_path_factory.mktemp('cwd'))
+
 
 def with_dynamics(hybrid, seed=1):
     "Set a hybrid's GDN dynamics and gate away from their defaults, as calibration does (a loaded default would hide re-initialisation)."

@@ -2,6 +2,7 @@
 import subprocess, sys
 from pathlib import Path
 import taylor_calibrate
+from conftest import ROOT
 
 EXE = str(Path(sys.executable).with_name('taylor-calibrate'))
 
@@ -48,11 +49,11 @@ def test_every_option_has_help():
 
 def test_data_and_teacher_help_name_what_they_take():
     from taylor_calibrate.cli import build_parser
-    from taylor_calibrate.teacher import SHIPPED_TEACHERS, REGISTRY_TEACHERS
+    from taylor_calibrate.teacher import SHIPPED_TEACHERS, REGISTRY_TEACHERS, CACHE_ENV, DEFAULT_CACHE
     helps = {(cmd, a.dest): ' '.join(a.help.split()) for cmd, a in _options(build_parser()) if a.dest in ('data', 'teacher')}
     assert {c for c, d in helps if d == 'teacher'} == {'demo', 'diagnose', 'convert', 'distill', 'explore', 'probe'}
     for (cmd, dest), h in helps.items():
-        if dest == 'teacher': assert all(n in h for n in [*SHIPPED_TEACHERS, *REGISTRY_TEACHERS, '.gguf']), (cmd, h)
+        if dest == 'teacher': assert all(n in h for n in [*SHIPPED_TEACHERS, *REGISTRY_TEACHERS, '.gguf', CACHE_ENV, DEFAULT_CACHE]), (cmd, h)
         else: assert all(w in h for w in ('train', 'valid', 'text files', 'comma-separated', 'NAME:CONFIG:SPLIT')), (cmd, h)
 
 def test_the_parsers_literals_are_the_librarys_lists():
@@ -60,7 +61,7 @@ def test_the_parsers_literals_are_the_librarys_lists():
     assert set(cli._LAYOUTS) == set(convert.EXPORT_LAYOUTS) and cli._POLICIES == convert.POLICIES
     assert cli._INITS == tuple(core.RECIPES) and set(cli._SCHEDULES) == set(distill.SCHEDULES)
     assert cli._SHIPPED == tuple(teacher.SHIPPED_TEACHERS) and set(cli._REGISTRY) == set(teacher.REGISTRY_TEACHERS)
-    assert cli._PROBES == probes.PROBES
+    assert cli._PROBES == probes.PROBES and cli._CACHE == (teacher.CACHE_ENV, teacher.DEFAULT_CACHE)
 
 def test_demo_takes_shipped_registry_and_gguf_teachers():
     from taylor_calibrate.cli import _demo_teacher, _teacher_origin
@@ -213,3 +214,57 @@ def test_the_mixer_names_of_the_parser_are_the_hybrids():
     for cmd in ('demo', 'convert'):
         sub = next(a for a in build_parser()._actions if a.dest == 'command').choices[cmd]
         assert next(a for a in sub._actions if a.dest == 'mixer').choices == tuple(MIXERS) == ('gdn', 'kda', 'mamba2')
+
+def test_an_init_one_typo_away_is_named():
+    "--init and --inits say which init a typo meant, as --teacher does, before any library loads; a name far from every init gets the list."
+    for args, said in ((['convert', '--teacher', 'tiny-qwen2', '--init', 'zero-gate', '--out', 'o'], "unknown init 'zero-gate'; did you mean 'zero_gate'?"),
+                       (['demo', '--inits', 'naive,Taylor+'], "unknown init 'Taylor+'; did you mean 'taylor+'?"),
+                       (['diagnose', '--inits', 'naive,phase_1'], "unknown init 'phase_1'; did you mean 'phase1'?"),
+                       (['demo', '--inits', 'magic'], "unknown init 'magic' (accepted: naive, zero_gate,")):
+        r = run(*args)
+        assert r.returncode == 1 and r.stderr.count('\n') == 1 and said in r.stderr, r.stderr
+    from taylor_calibrate.cli import _close_name
+    from taylor_calibrate.teacher import known_teachers
+    assert _close_name('tiny_qwen3', known_teachers()) == 'tiny-qwen3' and _close_name('gpt2', known_teachers()) is None
+
+def test_report_of_a_folder_that_does_not_exist_is_one_line(tmp_path):
+    for d in (tmp_path/'no-such-run', 'no-such-run'):
+        r = run('report', d)
+        assert r.returncode == 1 and r.stderr == f'taylor-calibrate report: error: no such folder: {d}\n', r.stderr
+    (tmp_path/'file.txt').write_text('x')
+    r = run('report', tmp_path/'file.txt')
+    assert r.returncode == 1 and r.stderr.count('\n') == 1 and 'file.txt is a file' in r.stderr, r.stderr
+
+def test_a_hybrid_far_off_its_teacher_gets_one_line_of_what_to_try():
+    "More than FAR_OFF times the teacher's test perplexity: one line naming this run's settings and what to raise; closer: nothing."
+    from types import SimpleNamespace
+    from taylor_calibrate.cli import far_off_note, FAR_OFF
+    from taylor_calibrate.core import get_recipe
+    from dataclasses import asdict
+    rep = lambda init: SimpleNamespace(init=init, recipe=asdict(get_recipe(init)))
+    assert FAR_OFF == 10 and far_off_note(12.67, 12.67 * FAR_OFF, rep('taylor+'), 'uniform:0.25') is None
+    line = far_off_note(12.67, 100_916, rep('taylor+'), 'uniform:0.25')
+    assert '\n' not in line and line.startswith("note: the taylor+ hybrid's test perplexity is 7,965 times its teacher's"), line
+    for hint in ('--steps 1000', 'this run: 300 a layer', '--keep uniform:0.5', 'ar, ga-s2, retrieval', '--calib-tokens 65536',
+                 'it is saved all the same'):
+        assert hint in line, (hint, line)
+    naive = far_off_note(10, 500, rep('naive'), '0,4')
+    assert '--init taylor+' in naive and 'more indices in --keep' in naive and '--steps' not in naive and '--calib-tokens' not in naive
+
+def test_convert_prints_its_teacher_as_demo_does_and_says_when_it_is_far_off(tmp_path, monkeypatch, capsys):
+    "convert's first line has demo's form; a hybrid 7,965 times its teacher's perplexity gets the note, and the command still succeeds."
+    import re, torch
+    from taylor_calibrate import cli, teacher
+    monkeypatch.setattr(teacher, 'perplexity', lambda model, ids, **kw: 100_916.0 if hasattr(model, 'calibration_report') else 12.67)
+    threads = torch.get_num_threads()
+    try: code = cli.main(['convert', '--teacher', 'tiny-qwen2', '--init', 'naive', '--keep', '0,4', '--eval-tokens', '1024',
+                          '--threads', '1', '--out', str(tmp_path/'o')])
+    finally: torch.set_num_threads(threads)
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0 and (tmp_path/'o'/'model'/'config.json').exists(), out
+    assert out[:2] == ['teacher: tiny-qwen2 (shipped with the package; qwen2, 8 layers); keep 0,4; init naive; evaluating on 1,024 test tokens',
+                       'threads: 1 (--threads 1)'], out
+    demo_form = r'teacher: (\S+) \((.+); (\w+), (\d+) layers\); keep (\S+)(; \w+ layers)?(; init \S+)?; evaluating on ([\d,]+) test tokens'
+    assert re.fullmatch(demo_form, out[0]) and re.fullmatch(demo_form, (ROOT/'bench'/'results'/'demo_output.txt').read_text().splitlines()[1])
+    notes = [l for l in out if l.startswith('note: ')]
+    assert len(notes) == 1 and "7,965 times its teacher's" in notes[0] and out[-1].startswith(f"wrote {tmp_path/'o'}/"), out

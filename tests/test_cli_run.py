@@ -22,10 +22,12 @@ def test_demo_quick(tmp_path):
     assert (out/'model'/'config.json').exists() and (out/'report.html').stat().st_size > 10_000
     run_json = json.loads((out/'run.json').read_text())
     assert (run_json['command'], run_json['teacher'], run_json['eval_tokens'], run_json['inits']) == ('demo', 'tiny-qwen2', 2048, ['naive', 'taylor+'])
-    r = run('report', out)
-    assert r.returncode == 0 and r.stdout.splitlines()[:2] == ['test perplexity on the first 2,048 tokens of the test split:',
+    r = run('report', out)                               # the teacher, the perplexities, then each init's budget and per-layer fits
+    assert r.returncode == 0 and r.stdout.splitlines()[:3] == ['teacher: tiny-qwen2 (shipped with the package; qwen2, 8 layers, float32)',
+                                                               'test perplexity on the first 2,048 tokens of the test split:',
                                                                f"  teacher    test perplexity {ppl['teacher']:10.2f}"], r.stdout
-    assert '\n\nnaive:\n' in r.stdout and '\n\ntaylor+:\n' in r.stdout
+    assert '\n\nnaive: 1,024 calibration tokens, 1,024 held-out tokens, no Phase 2\n' in r.stdout, r.stdout
+    assert '\n\ntaylor+: 1,024 calibration tokens, 2,048 held-out tokens, up to 3 Phase-2 steps a layer\n' in r.stdout, r.stdout
     r = run('distill', '--student', out, '--tokens', '1024', '--seq-len', '128', '--batch-size', '1', '--eval-tokens', '512',
             '--grad-accum', '2', '--schedule', 'cosine', '--warmup-tokens', '256', '--dtype', 'float32', '--out', tmp_path/'distilled')
     assert r.returncode == 0, r.stderr
@@ -35,7 +37,8 @@ def test_demo_quick(tmp_path):
     assert (cfg['grad_accum'], cfg['tokens_per_step'], cfg['schedule'], cfg['warmup_steps']) == (2, 256, 'cosine', 1)
     assert log['lr'][0] == 0.0 and log['lr'][1] == 1e-4 and log['lr'][1] > log['lr'][2] > log['lr'][3] > 0   # warm-up, then cosine decay
     r = run('report', out/'model')                       # a hybrid's own folder: its calibration report
-    assert r.returncode == 0 and r.stdout.startswith('taylor+:'), r.stderr
+    assert r.returncode == 0 and r.stdout.startswith('teacher: tiny-qwen2 (shipped with the package; qwen2, 8 layers, float32)\n'
+                                                     'taylor+: 1,024 calibration tokens,'), r.stdout + r.stderr
     r = run('report', tmp_path/'distilled')              # a distill output: the student's report and the last log rows
     assert r.returncode == 0 and 'distillation (last rows):' in r.stdout, r.stderr
 
@@ -52,20 +55,24 @@ def test_convert_local_teacher_dir(tmp_path):
     hybrid = load_hybrid(tmp_path/'hybrid'/'model')
     assert hybrid.config.taylor_calibrate['converted_layers'] == [1, 2, 3, 5, 6, 7]
     lines = r.stdout.splitlines()
-    assert re.match(r'threads: \d+ \((--threads auto: \d+ CPU cores, \d+ of them busy|OMP_NUM_THREADS=)', lines[0]), lines[0]   # a local folder
+    assert lines[0] == f"teacher: {tmp_path/'teacher'} (a local folder; qwen2, 8 layers); keep 0,4; init taylor; evaluating on 1,024 test tokens"
+    assert re.match(r'threads: \d+ \((--threads auto: \d+ CPU cores, \d+ of them busy|OMP_NUM_THREADS=)', lines[1]), lines[1]   # a local folder
     ppl = json.loads((tmp_path/'hybrid'/'perplexity.json').read_text())
     i = lines.index("test perplexity on the first 1,024 tokens of the shipped corpus's test split (--eval-tokens; none used for calibration):")
     assert lines[i + 1:i + 3] == [f"  teacher    test perplexity {ppl['teacher']:10.2f}", f"  taylor     test perplexity {ppl['taylor']:10.2f}"]
     assert lines[-1] == f"wrote {tmp_path/'hybrid'}/ (model/, report.html, reports.json, perplexity.json, run.json)"
     assert 1 < ppl['teacher'] < ppl['taylor'] and json.loads((tmp_path/'hybrid'/'run.json').read_text())['eval_tokens'] == 1024
-    r = run('report', tmp_path/'hybrid')                 # a convert folder: the perplexities, then the report; no blank first line
-    assert r.returncode == 0 and r.stdout.startswith('test perplexity on the first 1,024 tokens of the test split:\n  teacher '), r.stdout
+    r = run('report', tmp_path/'hybrid')                 # a convert folder: the teacher, the perplexities, then the report
+    assert r.returncode == 0 and r.stdout.startswith(f"teacher: {tmp_path/'teacher'} (qwen2, 8 layers, float32)\n"
+                                                     'test perplexity on the first 1,024 tokens of the test split:\n  teacher '), r.stdout
+    assert '\n\ntaylor: 512 calibration tokens, 1,024 held-out tokens, 2 Phase-2 steps a layer\n' in r.stdout, r.stdout
     r = run('convert', '--teacher', tmp_path/'teacher', '--keep', '0,4', '--init', 'naive', '--no-eval', '--threads', '2',
             '--out', tmp_path/'naive')
-    assert r.returncode == 0 and r.stdout.splitlines()[0] == 'threads: 2 (--threads 2)' and 'test perplexity' not in r.stdout, r.stdout
+    assert r.returncode == 0 and r.stdout.splitlines()[0].endswith('; keep 0,4; init naive; no evaluation (--no-eval)'), r.stdout
+    assert r.stdout.splitlines()[1] == 'threads: 2 (--threads 2)' and 'test perplexity' not in r.stdout, r.stdout
     assert not (tmp_path/'naive'/'perplexity.json').exists()
     r = run('report', tmp_path/'naive')
-    assert r.returncode == 0 and r.stdout.startswith('naive:\n'), r.stdout
+    assert r.returncode == 0 and r.stdout.startswith(f"teacher: {tmp_path/'teacher'} (qwen2, 8 layers, float32)\n\nnaive: "), r.stdout
 
 def test_convert_bad_input(tmp_path):
     r = run('convert', '--teacher', tmp_path/'missing-dir-but-not-a-hub-name/x/y', '--data', 'train', '--out', tmp_path/'o')
@@ -197,3 +204,14 @@ def test_convert_resumes_from_its_checkpoint_dir(tmp_path):
     r = run(*args[:-1], tmp_path/'ckpt', '--steps', '3', '--out', tmp_path/'other')
     assert r.returncode == 1 and r.stderr.count('\n') == 1 and 'another recipe; name another --checkpoint-dir' in r.stderr, r.stderr
     assert not (tmp_path/'other').exists()
+
+def test_the_command_line_tests_pass_in_the_folder_readme_leaves(tmp_path):
+    "README runs the demo in the clone's root, then the tests there: what its commands leave in that folder changes no test's outcome."
+    clone = tmp_path/'clone'
+    for d in ('taylor-calibrate-demo', 'qwen-hybrid', 'hybrid', 'hybrid-qwen3_5'):   # the folders README's commands write
+        (clone/d).mkdir(parents=True); (clone/d/'run.json').write_text('{}')
+    here = Path(__file__).parent
+    r = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', str(here/'test_cli.py'),
+                        f"{here/'test_cli_run.py'}::test_convert_bad_input"], capture_output=True, text=True, cwd=clone, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert sorted(p.name for p in clone.iterdir() if not p.name.startswith('.')) == ['hybrid', 'hybrid-qwen3_5', 'qwen-hybrid', 'taylor-calibrate-demo']

@@ -27,6 +27,7 @@ def test_argument_errors_are_quick(tmp_path):
              (['distill', '--student', 's', '--tokens', '8', '--out', tmp_path/'o', '--schedule', 'sawtooth'], 2, 'invalid choice'),
              (['convert', '--keep', 'nonsense:0.5', '--teacher', 'tiny-qwen2', '--out', tmp_path/'o'], 1, "--keep 'nonsense:0.5'"),
              (['demo', '--inits', 'naive,magic', '--out', tmp_path/'o'], 1, "unknown init 'magic'"),
+             (['convert', '--init', 'zero-gate', '--teacher', 'tiny-qwen2', '--out', tmp_path/'o'], 1, "did you mean 'zero_gate'?"),
              (['demo', '--teacher', 'Qwen/Qwen3-0.6B', '--out', tmp_path/'o'], 1, 'convert takes any teacher'),
              # a teacher name one typo away from a known one: load_teacher's 'did you mean', before any library loads
              (['convert', '--teacher', 'tiny_qwen2', '--out', tmp_path/'o'], 1, "did you mean 'tiny-qwen2'?"),

