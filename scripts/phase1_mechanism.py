@@ -15,27 +15,32 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/'scripts'))
-from experiments import read_jsonl, claim_name, recipe_id, MECHANISM_STEPS, MECHANISM_INITS, GAUGES, GAUGE_INITS
+from experiments import read_jsonl, relabel, claim_name, recipe_id, MECHANISM_STEPS, MECHANISM_INITS, GAUGES, GAUGE_INITS
 
 PAIRS = (('naive', 'phase2'), ('taylor_phase1', 'taylor'), ('taylor+ without phase1', 'taylor+ without phase1'), ('phase1', 'taylor+'))
 
 def rows_by_init(ledger_dir, keep='uniform:0.25', seed=0):
     "The ledger's current zero-shot rows at `keep` and `seed`, by init (rows of an older recipe of the same name left out)."
     out = {}
-    for r in read_jsonl(Path(ledger_dir)/'runs.jsonl'):
+    for r in map(relabel, read_jsonl(Path(ledger_dir)/'runs.jsonl')):
         j = r['job']
         if j['kind'] != 'zero_shot' or j['keep'] != keep or j['seed'] != seed or j.get('kv_copy', 'heads') != 'heads': continue
-        if r.get('recipe_id', recipe_id(j['init'])) != recipe_id(j['init']): continue
+        try: now = recipe_id(j['init'])
+        except ValueError: continue                              # an ablated switch today's taylor+ lacks
+        if r.get('recipe_id', now) != now: continue
         out[j['init']] = r
     return out
 
 def report(ledger_dir, row):
-    with gzip.open(Path(ledger_dir)/'reports'/f"{claim_name(row['key'])}.json.gz", 'rt') as f: return json.load(f)
+    "A run's calibration report (a renamed row's under its old key); None where the ledger kept none (zero-shot rows older than the reports)."
+    path = Path(ledger_dir)/'reports'/f"{claim_name(row.get('report_key', row['key']))}.json.gz"
+    if not path.exists(): return None
+    with gzip.open(path, 'rt') as f: return json.load(f)
 
 def medians(rep, field):
     "Per layer, the median of `field` over its heads."
     by = {}
-    for h in rep['heads']: by.setdefault(h['layer'], []).append(h[field])
+    for h in (rep or {}).get('heads', ()): by.setdefault(h['layer'], []).append(h[field])
     return {l: statistics.median(v) for l, v in by.items() if all(x is not None for x in v)}
 
 def stage_of(rep):
@@ -63,8 +68,8 @@ def main(a):
     d = ROOT/'bench'/'results'/f'experiments_{a.teacher}'
     rows = rows_by_init(d)
     out = dict(teacher=a.teacher, ledger=str(d.relative_to(ROOT)), seed=0, pairs={f'{s} -> {e}': pair_table(d, rows, s, e) for s, e in PAIRS},
-               budget={i: {n: rows[f'{i} with steps={n}']['valid_ppl'] if f'{i} with steps={n}' in rows else None for n in MECHANISM_STEPS}
-                       | {300: rows[i]['valid_ppl'] if i in rows else None} for i in MECHANISM_INITS},
+               budget={i: {n: rows[f'{i} with steps={n}'].get('valid_ppl') if f'{i} with steps={n}' in rows else None for n in MECHANISM_STEPS}
+                       | {300: rows[i].get('valid_ppl') if i in rows else None} for i in MECHANISM_INITS},
                budget_test={i: {n: rows[f'{i} with steps={n}']['ppl'] if f'{i} with steps={n}' in rows else None for n in MECHANISM_STEPS}
                             | {300: rows[i]['ppl'] if i in rows else None} for i in MECHANISM_INITS},
                gauge={i: {k: rows[f'{i} at gauge x{k}']['ppl'] if f'{i} at gauge x{k}' in rows else None for k in GAUGES}

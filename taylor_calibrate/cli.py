@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_out(d, 'the best student and the report', default='taylor-calibrate-demo')
     d.add_argument('--keep', default='uniform:0.25', help='layers kept as attention: a policy or a comma list (default: %(default)s)')
     _add_mixer(d)
-    d.add_argument('--inits', default='naive,zero_gate,taylor,taylor+', help='inits to compare (default: %(default)s)')
+    d.add_argument('--inits', default='naive,taylor_phase1,phase1,taylor+', help="inits to compare: the naive copy, the paper's Phase 1 alone, Phase 1 by least squares alone, and the package's recipe (default: %(default)s)")
     d.add_argument('--eval-tokens', type=int, default=32768, help="first tokens of the shipped corpus's test split to evaluate on; "
                    '0 for the whole split, as perplexity(model, tokenizer, "test") takes it in Python (default: %(default)s)')
     d.add_argument('--calib-tokens', type=int, default=None, help="calibration tokens (default: each init's own budget)")
