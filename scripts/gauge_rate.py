@@ -1,15 +1,15 @@
 """Does the balanced gauge slow Phase 2 down, and is that all it does? One test on SmolLM2-135M.
 
-The balanced gauge (`Recipe.gauge_fix`) converts the teacher at W_V / k, k W_O (per KV head, k < 1 on SmolLM2): the same
+The balanced gauge (`Recipe.gauge_fix`) converts the teacher at W_V / ρ, ρ W_O (per KV head, ρ < 1 on SmolLM2): the same
 function, so Phase 1 ends at the same layer output with or without it. An AdamW step is the same size in parameter units
-whatever a parameter's scale, and the layer's output depends on W_V / k through k times smaller a slope, so with the gauge
-each W_V step moves the output k times less. If that is the whole difference, the gauge with W_V's learning rate divided
-by k should follow the run without the gauge, and both should end lower than the gauge at the recipe's rate.
+whatever a parameter's scale, and the layer's output depends on W_V / ρ through ρ times smaller a slope, so with the gauge
+each W_V step moves the output ρ times less. If that is the whole difference, the gauge with W_V's learning rate divided
+by ρ should follow the run without the gauge, and both should end lower than the gauge at the recipe's rate.
 
 This runs `taylor+` four ways on a few of the layers the uniform 25% policy converts: with the gauge (the recipe), without
-it, and with it and the learning rate divided by the layer's k (the geometric mean over its heads; one rate per
+it, and with it and the learning rate divided by the layer's ρ (the geometric mean over its heads; one rate per
 parameter tensor) for W_V alone, then for W_V and the output gate's g_proj, which Phase 1 sets to alpha* W_V and which
-feeds the k-times smaller o_proj. Phase 2 aligns each layer to the teacher's output on the teacher's own inputs, so a layer's
+feeds the ρ-times smaller o_proj. Phase 2 aligns each layer to the teacher's output on the teacher's own inputs, so a layer's
 curve does not depend on which other layers are converted: the first two variants reproduce those layers of the
 ledger's `taylor+` and `taylor+ without gauge_fix` runs (checked below against their reports).
 
@@ -32,7 +32,7 @@ LAYERS = (1, 13, 29)          # converted by uniform:0.25 on 30 layers (kept 0, 
 _groups = core._param_groups
 
 def rates_divided_by(k_of_layer: dict, names: tuple):
-    "Phase 2's parameter groups with the weights of `names` in groups of their own, at their group's rate / k of the layer."
+    "Phase 2's parameter groups with the weights of `names` in groups of their own, at their group's rate / ρ of the layer (`k_of_layer`)."
     def groups(gdn, recipe):
         out = []
         for g in _groups(gdn, recipe):
@@ -72,8 +72,8 @@ def main():
     base = RECIPES['taylor+']
     variants = {'with the gauge': (base, None),
                 'without the gauge': (replace(base, gauge_fix=False), None),
-                "with the gauge, W_V's rate / k": (base, rates_divided_by(k, ('v_proj',))),
-                "with the gauge, W_V's and g_proj's rates / k": (base, rates_divided_by(k, ('v_proj', 'g_proj')))}
+                "with the gauge, W_V's rate / ρ": (base, rates_divided_by(k, ('v_proj',))),
+                "with the gauge, W_V's and g_proj's rates / ρ": (base, rates_divided_by(k, ('v_proj', 'g_proj')))}
     done = json.loads(OUT.read_text())['variants'] if OUT.exists() else {}      # variants already run are kept, not rerun
     out = dict(teacher='smollm2-135m', recipe='taylor+', layers=list(LAYERS),
                k={l: dict(mean=k[l], heads=[round(float(x), 4) for x in gauge[l]]) for l in LAYERS}, variants={})

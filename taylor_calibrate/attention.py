@@ -99,7 +99,7 @@ def value_output_norms(teacher) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.stack(nv), torch.stack(no)
 
 def balanced_gauge(teacher) -> torch.Tensor:
-    "The factors k [L, Hkv] for which `rescale_value_output(teacher, k)` has equal W_V and W_O norms per KV head."
+    "The gauge factors ρ [L, Hkv] for which `rescale_value_output(teacher, k)` has equal W_V and W_O norms per KV head."
     nv, no = value_output_norms(teacher)
     return (nv / no.clamp_min(1e-30)).sqrt()
 
@@ -110,12 +110,12 @@ def _gauge_factors(k, L: int, Hkv: int) -> torch.Tensor:
     if t.ndim == 0: t = t.expand(L, Hkv)
     if t.shape != (L, Hkv): raise ValueError(f'k has shape {tuple(t.shape)}; expected a scalar or one factor per layer and KV head, shape ({L}, {Hkv})')
     if not torch.isfinite(t).all(): raise ValueError('k must be finite (got NaN or infinity)')
-    if (t <= 0).any(): raise ValueError(f'k must be positive (got {t.min().item():g}); a rescaling by k <= 0 is not a gauge transformation')
+    if (t <= 0).any(): raise ValueError(f'k must be positive (got {t.min().item():g}); a rescaling by a factor <= 0 is not a gauge transformation')
     return t
 
 @torch.no_grad()
 def rescale_value_output(teacher, k):
-    "A copy of `teacher` with W_V, b_V -> W_V/k, b_V/k and W_O's matching columns -> k W_O per KV head: the same function."
+    "A copy of `teacher` with W_V, b_V -> W_V/ρ, b_V/ρ and W_O's matching columns -> ρ W_O per KV head, for the gauge factors ρ = `k`: the same function."
     blocks = _value_output_blocks(teacher)
     H, Hkv, d = blocks[0][1:]
     if any(b[1:] != (H, Hkv, d) for b in blocks): raise ValueError('layers of different attention shapes are not supported')

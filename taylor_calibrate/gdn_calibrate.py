@@ -119,7 +119,7 @@ def set_output_gate(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, 
 @torch.no_grad()
 def set_constant_output_gate(gdn: GatedDeltaNet, context: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, damping: float = 0.01,
                              ridge: float = 1e-3) -> tuple[torch.Tensor, float]:
-    "Phase 1 output gate, constant per head: g_proj rows z_h w with x.w ~ 1 by least squares and silu(z_h) = damping RMS(c_h); returns (the gate values [H], the fit's R^2)."
+    "Phase 1 output gate, constant per head: g_proj rows z_h w with x.w ~ 1 by least squares and silu(z_h) = damping RMS(c_{t,h}); returns (the gate values [H], the fit's R^2)."
     w, r2 = constant_direction(x, mask, ridge)                                   # x . w ~ 1
     s = damping * context_rms(context, mask)                                     # [H]: the gate each head should have
     z = _silu_inverse(s.double())
@@ -130,7 +130,7 @@ def set_constant_output_gate(gdn: GatedDeltaNet, context: torch.Tensor, x: torch
 # %% ../nbs/05_calibrate.ipynb #gd05c003
 @torch.no_grad()
 def gauge_gdn(gdn: GatedDeltaNet, k: torch.Tensor):
-    "Rescale a converted layer's copied W_V (and b_V) by 1/k and o_proj's columns by k, per GDN head: the copy of a rescaled teacher."
+    "Rescale a converted layer's copied W_V (and b_V) by 1/ρ and o_proj's columns by ρ, per GDN head, for the gauge factors ρ = `k`: the copy of a rescaled teacher."
     H = gdn.num_heads
     gdn.v_proj.weight.view(H, -1, gdn.v_proj.weight.shape[1]).div_(k[:, None, None].to(gdn.v_proj.weight))
     if gdn.v_proj.bias is not None: gdn.v_proj.bias.view(H, -1).div_(k[:, None].to(gdn.v_proj.bias))

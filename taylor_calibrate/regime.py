@@ -80,7 +80,7 @@ def load_gauge_sweep(path=GAUGE_RESULTS) -> dict:
     return json.loads(p.read_text())
 
 def gauge_frame(sweep: dict, keep: str = 'uniform:0.25') -> pd.DataFrame:
-    "One row per (init, k): mean and spread of test perplexity over seeds, seeds done, mean branch ratio after the last stage."
+    "One row per init and gauge factor ρ (column `k`): mean and spread of test perplexity over seeds, seeds done, mean branch ratio after the last stage."
     rows = []
     for init, by_k in sweep['runs'].get(keep, {}).items():
         for k, c in by_k.items():
@@ -90,12 +90,12 @@ def gauge_frame(sweep: dict, keep: str = 'uniform:0.25') -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(['init', 'k'], ignore_index=True)
 
 def llama_k_range(sweep: dict, context_rms: float) -> tuple[float, float]:
-    "The k at which a teacher with context RMS `context_rms` (at k = 1) has the context sizes logged for Llama-3.2-3B."
+    "The gauge factors ρ at which a teacher with context RMS `context_rms` (at ρ = 1) has the context sizes logged for Llama-3.2-3B."
     lo, hi = sweep['llama_context_rms']
     return context_rms / hi, context_rms / lo
 
 def fig_gauge_sweep(sweep: dict, context_rms: float | None = None, keep: str = 'uniform:0.25') -> go.Figure:
-    "Test perplexity against the gauge factor k for each init (mean and spread over seeds), the teacher flat, and the Llama-3.2-3B context range shaded."
+    "Test perplexity against the gauge factor ρ for each init (mean and spread over seeds), the teacher flat, and the Llama-3.2-3B context range shaded."
     df = gauge_frame(sweep, keep)
     fig = go.Figure()
     for init, g in df.groupby('init', sort=False):
@@ -106,17 +106,17 @@ def fig_gauge_sweep(sweep: dict, context_rms: float | None = None, keep: str = '
     # placed in log10 units here (add_hline/add_vrect's annotation_text gives its label the shape's data value, an exponent)
     fig.add_hline(y=t, line_dash='dot', line_color='gray')
     fig.add_annotation(x=1, xref='paper', xanchor='right', y=math.log10(t), yref='y', yanchor='top', showarrow=False,
-                       text='teacher (any k)', font=dict(color='gray'))
+                       text='teacher (any ρ)', font=dict(color='gray'))
     if context_rms is not None:
         lo, hi = llama_k_range(sweep, context_rms)
         fig.add_vrect(x0=lo, x1=hi, fillcolor='orange', opacity=0.12, line_width=0)
         fig.add_annotation(x=math.log10(math.sqrt(lo * hi)), xref='x', y=1, yref='paper', yanchor='bottom', showarrow=False,
                            text='context size of Llama-3.2-3B')
     return fig.update_layout(title=f'The same teacher in different gauges ({keep})', height=460,
-                             xaxis=dict(title='k (W_V / k, k W_O)', type='log'), yaxis=dict(title='test perplexity', type='log'))
+                             xaxis=dict(title='ρ (W_V / ρ, ρ W_O)', type='log'), yaxis=dict(title='test perplexity', type='log'))
 
 def fig_gauge_slider(sweep: dict, keep: str = 'uniform:0.25') -> go.Figure:
-    "A static twin of the live gauge widget: a slider over k showing each init's test perplexity (teacher unchanged), naive branch ratio in the title."
+    "A static twin of the live gauge widget: a slider over ρ showing each init's test perplexity (teacher unchanged), naive branch ratio in the title."
     df = gauge_frame(sweep, keep)
     ks = sorted(df.k.unique())
     inits = ['teacher'] + list(dict.fromkeys(df.init))
@@ -128,15 +128,15 @@ def fig_gauge_slider(sweep: dict, keep: str = 'uniform:0.25') -> go.Figure:
     def title(k):
         g = df[(df.k == k) & (df.init == 'naive')]
         r = f', naive branch {g.branch_ratio.iloc[0]:.2f}x the teacher attention output' if len(g) else ''
-        return f'k = {k:g}{r}'
+        return f'ρ = {k:g}{r}'
     steps = [dict(label=f'{k:g}', method='update', args=[dict(visible=[j == i for j in range(len(ks))]), dict(title=title(k))]) for i, k in enumerate(ks)]
     return fig.update_layout(title=title(1.0), height=440, yaxis=dict(title='test perplexity', type='log'),
-                             sliders=[dict(active=ks.index(1.0) if 1.0 in ks else 0, steps=steps, currentvalue=dict(prefix='k = '))])
+                             sliders=[dict(active=ks.index(1.0) if 1.0 in ks else 0, steps=steps, currentvalue=dict(prefix='ρ = '))])
 
 # %% ../nbs/05a_regime.ipynb #1e2a560f
 def gauge_point(teacher, tokenizer, k: float, eval_ids: torch.Tensor, inits=('naive', 'phase1'), data='train',
                 heldout='valid', heldout_tokens: int = 1024, seed: int = 0) -> dict:
-    "At gauge k: the rescaled teacher's perplexity on `eval_ids`, and each init's perplexity and mean branch ratio."
+    "At gauge factor ρ = `k`: the rescaled teacher's perplexity on `eval_ids`, and each init's perplexity and mean branch ratio."
     t = rescale_value_output(teacher, k)
     out = dict(k=k, teacher=perplexity(t, eval_ids, progress=False))
     for init in inits:
@@ -147,15 +147,15 @@ def gauge_point(teacher, tokenizer, k: float, eval_ids: torch.Tensor, inits=('na
     return out
 
 def gauge_widget(teacher, tokenizer, eval_tokens: int = 8192, ks=(0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0), sweep: dict | None = None):
-    "A slider over k that recomputes `gauge_point` live (naive and Phase 1 on the first `eval_tokens` TEST tokens), with the sweep's taylor rows beside it."
+    "A slider over the gauge factor ρ that recomputes `gauge_point` live (naive and Phase 1 on the first `eval_tokens` TEST tokens), with the sweep's taylor rows beside it."
     import ipywidgets as widgets
     from IPython.display import display
     eval_ids = corpus_token_ids(tokenizer, 'test', eval_tokens)
-    slider = widgets.SelectionSlider(options=[(f'{k:g}', k) for k in ks], value=1.0 if 1.0 in ks else ks[0], description='k',
+    slider = widgets.SelectionSlider(options=[(f'{k:g}', k) for k in ks], value=1.0 if 1.0 in ks else ks[0], description='ρ',
                                      continuous_update=False)
     out = widgets.HTML()
     def show(k):
-        out.value = f'<i>computing k = {k:g} ...</i>'
+        out.value = f'<i>computing ρ = {k:g} ...</i>'
         p = gauge_point(teacher, tokenizer, k, eval_ids)
         rows = [('teacher', p['teacher'], '')] + [(i, p[i], f"{p[f'{i}_ratio']:.3f}") for i in ('naive', 'phase1')]
         if sweep is not None:
@@ -163,7 +163,7 @@ def gauge_widget(teacher, tokenizer, eval_tokens: int = 8192, ks=(0.1, 0.3, 1.0,
                 c = sweep['runs'].get('uniform:0.25', {}).get(i, {}).get(str(float(k)))
                 if c: rows.append((f'{i} (sweep, whole TEST)', c['mean'], f"{c['branch_ratio'].get('phase2', float('nan')):.3f}"))
         body = ''.join(f'<tr><td>{n}</td><td style="text-align:right">{v:.2f}</td><td style="text-align:right">{r}</td></tr>' for n, v, r in rows)
-        out.value = (f'<table><tr><th>model (k = {k:g})</th><th>perplexity</th><th>branch / teacher RMS</th></tr>{body}</table>')
+        out.value = (f'<table><tr><th>model (ρ = {k:g})</th><th>perplexity</th><th>branch / teacher RMS</th></tr>{body}</table>')
     slider.observe(lambda ch: show(ch['new']), names='value')
     show(slider.value)
     box = widgets.VBox([slider, out])

@@ -21,7 +21,7 @@ _FIT_WORDS = {'mse': ('', "mean squared error of the layer's output to the teach
 REPORT_COLUMNS = {
     'layer': ('&ell;', 'index of the converted decoder layer'),
     'head': ('h', 'head index within the layer'),
-    'gauge_k': ('k', 'value/output gauge factor the layer is converted at (geometric mean of k<sub>h</sub> over its KV heads)'),
+    'gauge_k': ('&rho;', 'value/output gauge factor the layer is converted at (geometric mean of &rho;<sub>&ell;,h</sub> over its KV heads)'),
     'alpha': ('&alpha;*', "Phase 1's output-gate scale, one per layer (NaN for a layer without an output gate)"),
     'phase2_best_step': ('', 'the Phase-2 step whose weights are kept (0: the weights from before Phase 2)'),
     'phase2_stopped': ('', 'why Phase 2 ended: its step budget, an early stop, or a non-finite loss'),
@@ -32,7 +32,7 @@ REPORT_COLUMNS = {
     'half_life': ('t<sub>1/2</sub>', "the GDN head's realised half-life on the calibration tokens (tokens)"),
     'dt_bias': ('b<sub>dt</sub>', "the GDN head's decay bias"),
     'A_log': ('A<sub>log</sub>', "the GDN head's log decay scale"),
-    'concentration': ('c<sub>h</sub>', 'the concentration Phase 1 makes from the entropy'),
+    'concentration': ('&kappa;<sub>h</sub>', 'the concentration Phase 1 makes from the entropy'),
     'beta_star': ('&beta;*', "Phase 1's target for the mean write strength"),
     'sigma': ('&sigma;*', "Phase 1's per-head value scale"),
     **{f'{k}_{s}': (sym, f'{words}, {_STAGE_WORDS[s]}') for k, (sym, words) in _FIT_WORDS.items() for s in _STAGE_WORDS}}

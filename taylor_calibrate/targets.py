@@ -58,15 +58,15 @@ def concentration_relative(rel_entropy):
     return (1 - rel_entropy).clamp(0, 1)
 
 def beta_star(c, lo=0.3, span=0.4):
-    "The target write strength, lo + span c, of heads with concentrations c in [0, 1] (the paper: 0.3 + 0.4 c)."
+    "The target write strength, lo + span κ, of heads with concentrations κ in [0, 1] (the paper: 0.3 + 0.4 κ)."
     c = _as_float(c)
-    if ((c < 0) | (c > 1)).any(): raise ValueError('beta_star needs concentrations c in [0, 1]')
+    if ((c < 0) | (c > 1)).any(): raise ValueError('beta_star needs concentrations κ in [0, 1]')
     if not (0 < lo and lo + span < 1 and span >= 0):
         raise ValueError(f'need 0 < lo and lo + span < 1 with span >= 0 (beta must stay in (0, 1)); got lo={lo}, span={span}')
     return lo + span * c
 
 def concentration(entropy: torch.Tensor, rel_entropy: torch.Tensor, how: str = 'minmax') -> torch.Tensor:
-    "Per-head concentration c_h in [0, 1] from entropy: min-max across the layer's heads (paper) or 1 - relative entropy."
+    "Per-head concentration κ_h in [0, 1] from entropy: min-max across the layer's heads (paper) or 1 - relative entropy."
     if how == 'minmax': return concentration_minmax(entropy)
     if how == 'relative': return concentration_relative(rel_entropy)
     raise ValueError(f"unknown concentration {how!r}; accepted: 'minmax', 'relative'")
@@ -84,7 +84,7 @@ def _silu_inverse(s: torch.Tensor) -> torch.Tensor:
     return _bisect(F.silu, s, lo=0., hi=30.)
 
 def context_rms(context: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    "RMS(c_h): the root mean square of each head's teacher context [n,T,H,d] over the real tokens, [H]."
+    "RMS(c_{t,h}): the root mean square of each head's teacher context [n,T,H,d] over the real tokens, [H]."
     return _valid(context, mask).float().pow(2).mean((0, -1)).sqrt()
 
 @torch.no_grad()
