@@ -64,10 +64,26 @@ def pair_table(ledger_dir, rows, start, end):
     return dict(start=start, end=end, start_stage=st, test_ppl=rows[end]['ppl'], valid_ppl=rows[end].get('valid_ppl'),
                 start_test_ppl=rows[start]['ppl'] if start != end else None, layers=out)
 
+CELL_INITS = ('naive', 'zero_gate', 'taylor_phase1', 'phase1', 'phase2', 'taylor', 'taylor+ without phase1', 'taylor+')
+
+def cells(ledger_dir, keep, seeds=(0, 1, 2)):
+    "Per init at `keep`: the current rows' TEST and VALID perplexities by seed, their means over the seeds run, and the median run time."
+    by_seed = {s: rows_by_init(ledger_dir, keep, s) for s in seeds}
+    out = {}
+    for i in CELL_INITS:
+        rs = {s: r[i] for s, r in by_seed.items() if i in r}
+        if not rs: continue
+        test, valid = {s: r['ppl'] for s, r in rs.items()}, {s: r.get('valid_ppl') for s, r in rs.items() if r.get('valid_ppl')}
+        out[i] = dict(seeds=sorted(rs), test=test, valid=valid, test_mean=statistics.mean(test.values()),
+                      valid_mean=statistics.mean(valid.values()) if valid else None,
+                      seconds_median=statistics.median(r['seconds'] for r in rs.values() if r.get('seconds')) if any(r.get('seconds') for r in rs.values()) else None)
+    return out
+
 def main(a):
     d = ROOT/'bench'/'results'/f'experiments_{a.teacher}'
     rows = rows_by_init(d)
-    out = dict(teacher=a.teacher, ledger=str(d.relative_to(ROOT)), seed=0, pairs={f'{s} -> {e}': pair_table(d, rows, s, e) for s, e in PAIRS},
+    out = dict(teacher=a.teacher, ledger=str(d.relative_to(ROOT)), seed=0,
+               cells={keep: cells(d, keep) for keep in ('uniform:0.25', 'ar:0.25')}, pairs={f'{s} -> {e}': pair_table(d, rows, s, e) for s, e in PAIRS},
                budget={i: {n: rows[f'{i} with steps={n}'].get('valid_ppl') if f'{i} with steps={n}' in rows else None for n in MECHANISM_STEPS}
                        | {300: rows[i].get('valid_ppl') if i in rows else None} for i in MECHANISM_INITS},
                budget_test={i: {n: rows[f'{i} with steps={n}']['ppl'] if f'{i} with steps={n}' in rows else None for n in MECHANISM_STEPS}
