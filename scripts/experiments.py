@@ -46,9 +46,9 @@ LATER_FIELDS = {'constant_gate': False, 'fit': False}   # recipe fields younger 
 # rows of the paper's Phase 1 under its old name are read under its new one (`relabel`).
 LEGACY_IDS = {'phase1': '5f95d6d30034', 'taylor+': 'd8dddfa40a8b'}
 RENAMED = ('phase1', 'taylor_phase1')
-STEP_CAPS = (1000,)                             # Phase 2's step cap for taylor+ in part 'budget' (its own: 300)
+STEP_CAPS = (300, 1000)                         # Phase 2's step cap for taylor+ in part 'budget' (its own: 100)
 RATE_FACTORS = (4,)                             # Phase 2's two learning rates times N for taylor+ in part 'budget' (scripts/phase2_rate.py)
-MECHANISM_STEPS = (30, 100)                     # part 'mechanism': Phase 2 capped at these steps (the recipes' own: 300) ...
+MECHANISM_STEPS = (30, 100)                     # part 'mechanism': Phase 2 capped at these steps (the paper's own: 300; taylor+'s: 100) ...
 MECHANISM_INITS = ('phase2', 'taylor', 'taylor+ without phase1', 'taylor+ without fit', 'taylor+')   # ... from the copy, the paper's Phase 1, ours
 GAUGES = (10, 100)                              # part 'mechanism': the teacher rescaled to these value/output gauges (the same function)
 GAUGE_INITS = ('naive', 'taylor_phase1', 'phase2', 'taylor')

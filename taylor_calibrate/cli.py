@@ -106,15 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
                 'Gated DeltaNet hybrid initialised from teacher attention statistics.')
     p.add_argument('--version', action='version', version=f'taylor-calibrate {__version__}')
     sub = p.add_subparsers(dest='command', metavar='COMMAND', parser_class=_Parser)
-    d = sub.add_parser('demo', help='calibrate a shipped or registry teacher four ways and report test perplexities')
+    d = sub.add_parser('demo', help='calibrate a shipped or registry teacher several ways and report test perplexities')
     _add_out(d, 'the best student and the report', default='taylor-calibrate-demo')
     d.add_argument('--keep', default='uniform:0.25', help='layers kept as attention: a policy or a comma list (default: %(default)s)')
     _add_mixer(d)
-    d.add_argument('--inits', default='naive,taylor_phase1,phase1,taylor+', help="inits to compare: the naive copy, the paper's Phase 1 alone, Phase 1 by least squares alone, and the package's recipe (default: %(default)s)")
+    d.add_argument('--inits', default='naive,taylor_phase1,taylor+', help="inits to compare: the naive copy, the paper's Phase 1 alone and the package's recipe (default: %(default)s)")
     d.add_argument('--eval-tokens', type=int, default=32768, help="first tokens of the shipped corpus's test split to evaluate on; "
                    '0 for the whole split, as perplexity(model, tokenizer, "test") takes it in Python (default: %(default)s)')
     d.add_argument('--calib-tokens', type=int, default=None, help="calibration tokens (default: each init's own budget)")
-    d.add_argument('--steps', type=int, default=None, help="Phase-2 steps per layer (default: each init's own, 300)")
+    d.add_argument('--steps', type=int, default=None, help="Phase-2 steps per layer (default: each init's own: 300 for the paper's, up to 100 for taylor+)")
     _add_seed(d)
     d.add_argument('--teacher', default=None, help=f'{_teachers()} (default: {_SHIPPED[0]}; convert takes any teacher)')
     _add_dtype(d, 'float32')
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_out(c, 'the hybrid', required=True)
     c.add_argument('--seq-len', type=int, default=512, help='tokens per calibration window (default: %(default)s)')
     c.add_argument('--calib-tokens', type=int, default=None, help="calibration tokens (default: the init's own budget)")
-    c.add_argument('--steps', type=int, default=None, help="Phase-2 steps per layer (default: the init's own, 300)")
+    c.add_argument('--steps', type=int, default=None, help="Phase-2 steps per layer (default: the init's own: 300 for the paper's, up to 100 for taylor+)")
     c.add_argument('--checkpoint-dir', default=None, help='save each calibrated layer here as soon as it is done; the same command '
                    'with the same folder resumes a killed run')
     c.add_argument('--eval-tokens', type=int, default=32768, help="first tokens of the shipped corpus's test split (never used "

@@ -245,7 +245,7 @@ def test_a_hybrid_far_off_its_teacher_gets_one_line_of_what_to_try():
     assert FAR_OFF == 10 and far_off_note(12.67, 12.67 * FAR_OFF, rep('taylor+'), 'uniform:0.25') is None
     line = far_off_note(12.67, 100_916, rep('taylor+'), 'uniform:0.25')
     assert '\n' not in line and line.startswith("note: the taylor+ hybrid's test perplexity is 7,965 times its teacher's"), line
-    for hint in ('--steps 1000', 'this run: 300 a layer', '--keep uniform:0.5', 'ar, ga-s2, retrieval', '--calib-tokens 65536',
+    for hint in ('--steps 1000', 'this run: 100 a layer', '--keep uniform:0.5', 'ar, ga-s2, retrieval', '--calib-tokens 65536',
                  'it is saved all the same'):
         assert hint in line, (hint, line)
     naive = far_off_note(10, 500, rep('naive'), '0,4')
