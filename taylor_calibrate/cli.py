@@ -364,7 +364,7 @@ def run_demo(args) -> int:
     print(_teacher_line(name, teacher, args, test_ids.numel()), flush=True)
     print(threads, flush=True)
     table = {'teacher': perplexity(teacher, test_ids, progress=False)}
-    print(f'  {"teacher":10} test perplexity {table["teacher"]:10.2f}', flush=True)
+    print(f'  {"teacher":13} test perplexity {table["teacher"]:10.2f}', flush=True)
     reports, best = [], None
     for init in inits:
         t1 = time.time()
@@ -372,7 +372,7 @@ def run_demo(args) -> int:
                             calib_tokens=args.calib_tokens, steps=args.steps, mixer=args.mixer)
         table[init] = perplexity(student, test_ids, progress=False)
         reports.append(student.calibration_report)
-        print(f'  {init:10} test perplexity {table[init]:10.2f}   ({time.time()-t1:.0f}s)', flush=True)
+        print(f'  {init:13} test perplexity {table[init]:10.2f}   ({time.time()-t1:.0f}s)', flush=True)
         if best is None or table[init] < table[best[0]]: best = (init, student)
     print(f'best: {best[0]}; writing {args.out}/ (model/, report.html, reports.json, perplexity.json, run.json)', flush=True)
     run = dict(command='demo', teacher=name or _SHIPPED[0], keep=args.keep, mixer=args.mixer, inits=inits, seed=args.seed, dtype=args.dtype,
@@ -473,7 +473,7 @@ def run_convert(args) -> int:
         table = {}
         for k, m in (('teacher', teacher), (args.init, student)):
             table[k] = perplexity(m, test_ids)
-            print(f'  {k:10} test perplexity {table[k]:10.2f}', flush=True)
+            print(f'  {k:13} test perplexity {table[k]:10.2f}', flush=True)
         if note := far_off_note(table['teacher'], table[args.init], rep, args.keep): print(note, flush=True)
     _write_out(args, lambda t: _save_run(t, student, tok, [rep], table, run))
     print(f'wrote {args.out}/ (model/, report.html, reports.json, ' + ('perplexity.json, ' if table else '') + 'run.json)')
@@ -586,7 +586,7 @@ def run_report(args) -> int:
     sections = [_report_teacher(reports[0], run)]
     if (d/'perplexity.json').exists():
         head = f"test perplexity on the first {run['eval_tokens']:,} tokens of the test split:" if 'eval_tokens' in run else 'test perplexity:'
-        sections[0] += '\n' + '\n'.join([head] + [f'  {k:10} test perplexity {v:10.2f}'
+        sections[0] += '\n' + '\n'.join([head] + [f'  {k:13} test perplexity {v:10.2f}'
                                                   for k, v in json.loads((d/'perplexity.json').read_text()).items()])
     for rep in reports:
         sections.append(f'{rep.init}: {_budget(rep)}\n' + rep.layers_frame().to_string(index=False))

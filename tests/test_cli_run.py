@@ -25,7 +25,7 @@ def test_demo_quick(tmp_path):
     r = run('report', out)                               # the teacher, the perplexities, then each init's budget and per-layer fits
     assert r.returncode == 0 and r.stdout.splitlines()[:3] == ['teacher: tiny-qwen2 (shipped with the package; qwen2, 8 layers, float32)',
                                                                'test perplexity on the first 2,048 tokens of the test split:',
-                                                               f"  teacher    test perplexity {ppl['teacher']:10.2f}"], r.stdout
+                                                               f"  teacher       test perplexity {ppl['teacher']:10.2f}"], r.stdout
     assert '\n\nnaive: 1,024 calibration tokens, 1,024 held-out tokens, no Phase 2\n' in r.stdout, r.stdout
     assert '\n\ntaylor+: 1,024 calibration tokens, 2,048 held-out tokens, up to 3 Phase-2 steps a layer\n' in r.stdout, r.stdout
     r = run('distill', '--student', out, '--tokens', '1024', '--seq-len', '128', '--batch-size', '1', '--eval-tokens', '512',
@@ -59,7 +59,7 @@ def test_convert_local_teacher_dir(tmp_path):
     assert re.match(r'threads: \d+ \((--threads auto: \d+ CPU cores, \d+ of them busy|OMP_NUM_THREADS=)', lines[1]), lines[1]   # a local folder
     ppl = json.loads((tmp_path/'hybrid'/'perplexity.json').read_text())
     i = lines.index("test perplexity on the first 1,024 tokens of the shipped corpus's test split (--eval-tokens; none used for calibration):")
-    assert lines[i + 1:i + 3] == [f"  teacher    test perplexity {ppl['teacher']:10.2f}", f"  taylor     test perplexity {ppl['taylor']:10.2f}"]
+    assert lines[i + 1:i + 3] == [f"  teacher       test perplexity {ppl['teacher']:10.2f}", f"  taylor        test perplexity {ppl['taylor']:10.2f}"]
     assert lines[-1] == f"wrote {tmp_path/'hybrid'}/ (model/, report.html, reports.json, perplexity.json, run.json)"
     assert 1 < ppl['teacher'] < ppl['taylor'] and json.loads((tmp_path/'hybrid'/'run.json').read_text())['eval_tokens'] == 1024
     r = run('report', tmp_path/'hybrid')                 # a convert folder: the teacher, the perplexities, then the report

@@ -92,8 +92,10 @@ def test_the_real_teacher_demo_in_readme_is_what_the_command_line_printed():
     assert f'`{DEFAULT_CACHE}`' in section and f'set `{CACHE_ENV}` to another folder' in section   # where the fetched teacher is kept
     assert blocks[1][1].splitlines() == out
     assert out[0].startswith(f'teacher: smollm2-135m ({_teacher_origin("smollm2-135m")}; llama, 30 layers); keep uniform:0.25')
-    assert re.fullmatch(r'threads: 2 \(--threads auto: 2 CPU cores, 0 of them busy when the command started \(load average 0\.\d\d\)\)', out[1])
-    assert [l.split()[0] for l in out[2:7]] == ['teacher', 'naive', 'zero_gate', 'taylor', 'taylor+']
+    assert re.fullmatch(r'threads: [12] \(--threads auto: 2 CPU cores, [01] of them busy when the command started \(load average \d\.\d\d\)\)', out[1])
+    from taylor_calibrate.cli import build_parser
+    inits = build_parser().parse_args(['demo']).inits.split(',')
+    assert [l.split()[0] for l in out[2:3 + len(inits)]] == ['teacher', *inits]      # the demo's default inits
     seconds = int(re.fullmatch(r'done in (\d+)s', out[-1])[1])
     assert f'{seconds / 60:.0f} minutes' in ' '.join(section.split())
 

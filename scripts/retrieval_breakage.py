@@ -1,0 +1,119 @@
+"""Where retrieval breaks: each layer of a teacher converted alone, by Phase 1 by least squares, and a continuous retrieval
+score, the mean log-probability of the answer tokens on synthetic retrieval prompts (and the share answered exactly).
+
+    python scripts/retrieval_breakage.py --teacher smollm2-135m    # -> bench/results/retrieval_breakage_smollm2-135m.json
+
+Phase 1 fits each converted layer against the teacher's own inputs, so one `calibrate` call that converts every layer but
+one (and a second for that one) gives every layer's fitted state; any set of converted layers is then assembled from those
+states with no further calibration, and scoring a set costs forward passes only. The prompts are built here and share
+nothing with the long-context probes of `taylor_calibrate.probes`: other needle sentences and questions, keys of digits
+or letters, and filler from the VALID split of the shipped corpus or generated sentences (calibration reads TRAIN; the
+probes use their own filler). `--sets` scores kept sets too (retrieval score and VALID perplexity).
+"""
+import argparse, json, random, time
+from pathlib import Path
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+NEEDLES = (('The secret code is {v}.', 'What was the secret code? The secret code is'),
+           ('Please write down this number: {v}. The number is {v}.', 'Which number was written down? The number was'),
+           ('My locker combination is {v}, do not forget it.', 'What is the locker combination? The locker combination is'),
+           ('Note for later: the reference id is {v}.', 'Recall the reference id. The reference id is'),
+           ('The password for the archive is {v}.', 'The password for the archive is'))
+NOUNS = 'river table lamp window road teacher garden city market song letter bridge morning ocean ship wall friend story train house'.split()
+VERBS = 'sees finds moves paints opens follows carries builds hears reads remembers crosses'.split()
+ADJS = 'old quiet bright small long warm distant simple careful early narrow heavy'.split()
+
+def key_value(r: random.Random) -> str:
+    "A key to retrieve: 4 to 7 digits, or 4 to 6 letters and digits."
+    if r.random() < 0.5: return str(r.randrange(10 ** ((n := r.choice((4, 5, 6, 7))) - 1), 10 ** n))
+    return ''.join(r.choice('ABCDEFGHJKLMNPQRSTUVWXYZ23456789') for _ in range(r.choice((4, 5, 6))))
+
+def sentences(r: random.Random, n: int) -> str:
+    return ' '.join(f'The {r.choice(ADJS)} {r.choice(NOUNS)} {r.choice(VERBS)} the {r.choice(NOUNS)}.' for _ in range(n))
+
+def retrieval_prompts(tok, n: int = 8, length: int = 1536, seed: int = 0) -> list:
+    "(prompt ids, answer ids) pairs: one needle at a random depth of `length` tokens of filler, then its question."
+    from taylor_calibrate.teacher import corpus_token_ids
+    r, text = random.Random(seed), corpus_token_ids(tok, 'valid', 200_000)
+    out = []
+    for _ in range(n):
+        (needle, question), v = r.choice(NEEDLES), key_value(r)
+        nid = tok(' ' + needle.format(v=v), add_special_tokens=False)['input_ids']
+        qid = tok('\n' + question, add_special_tokens=False)['input_ids']
+        aid = tok(' ' + v, add_special_tokens=False)['input_ids']
+        room = length - len(nid) - len(qid)
+        if r.random() < 0.5:
+            s = r.randrange(0, len(text) - room); fill = text[s:s + room].tolist()
+        else:
+            fill = tok(sentences(r, room), add_special_tokens=False)['input_ids'][:room]
+        at = int(r.uniform(0.05, 0.95) * len(fill))
+        out.append((torch.tensor(fill[:at] + nid + fill[at:] + qid), torch.tensor(aid)))
+    return out
+
+@torch.no_grad()
+def retrieval_score(model, prompts) -> dict:
+    "Mean over prompts of the answer tokens' mean log-probability (teacher-forced), and the share whose answer is the greedy one."
+    total, exact = 0., 0
+    for p, a in prompts:
+        logp = model(torch.cat([p, a])[None]).logits[0, len(p) - 1:-1].float().log_softmax(-1)
+        total += logp.gather(-1, a[:, None]).mean().item(); exact += int((logp.argmax(-1) == a).all())
+    return dict(logprob=total / len(prompts), exact=exact / len(prompts))
+
+def fitted_states(teacher, tok, checkpoints: Path | None) -> dict:
+    "Every layer's GDN state after Phase 1 by least squares, teacher-forced: two calibrate calls (all but layer 0, then layer 0)."
+    from taylor_calibrate.core import calibrate
+    from taylor_calibrate.convert import gdn_modules
+    states = {}
+    for kept in ([0], [1]):
+        ck = checkpoints/f'keep_{kept[0]}' if checkpoints else None
+        s = calibrate(teacher, 'train', keep=kept, init='phase1', tokenizer=tok, checkpoint_dir=ck)
+        for l, g in gdn_modules(s).items(): states.setdefault(l, {k: v.clone() for k, v in g.state_dict().items()})
+    return states
+
+def hybrid_with(teacher, states: dict, converted) -> torch.nn.Module:
+    "The teacher with the `converted` layers as their fitted GDN layers, the rest attention (a new hybrid sharing the teacher's weights)."
+    from taylor_calibrate.convert import to_hybrid, gdn_modules
+    n = teacher.config.num_hidden_layers
+    h = to_hybrid(teacher, [l for l in range(n) if l not in set(converted)], seed=0, share_weights=True)
+    for l, g in gdn_modules(h).items(): g.load_state_dict(states[l])
+    return h.eval()
+
+def main(a):
+    from taylor_calibrate.teacher import load_teacher, perplexity, corpus_token_ids
+    torch.set_num_threads(a.threads)
+    teacher, tok = load_teacher(a.teacher)
+    n = teacher.config.num_hidden_layers
+    t0 = time.time()
+    states = fitted_states(teacher, tok, Path(a.checkpoints) if a.checkpoints else None)
+    fit_s = time.time() - t0
+    prompts = retrieval_prompts(tok, a.prompts, a.length)
+    out = dict(teacher_name=a.teacher, prompts=a.prompts, length=a.length, fit_seconds=fit_s, teacher=retrieval_score(teacher, prompts), layers={})
+    print('teacher', out['teacher'], flush=True)
+    for l in range(n):
+        out['layers'][l] = retrieval_score(hybrid_with(teacher, states, [l]), prompts)
+        print(f"layer {l:2d} converted alone: answer log-probability {out['layers'][l]['logprob']:.3f}, exact {out['layers'][l]['exact']:.2f}", flush=True)
+    if a.sets:
+        valid = corpus_token_ids(tok, 'valid', a.valid_tokens)
+        out['teacher_valid_ppl'] = perplexity(teacher, valid)
+        out['sets'] = {}
+        for kept in a.sets.split(';'):
+            keep = [int(x) for x in kept.split(',')]
+            h = hybrid_with(teacher, states, [l for l in range(n) if l not in keep])
+            out['sets'][kept] = dict(**retrieval_score(h, prompts), valid_ppl=perplexity(h, valid))
+            print('kept', kept, out['sets'][kept], flush=True)
+    out['seconds'] = time.time() - t0
+    path = ROOT/'bench'/'results'/f'retrieval_breakage_{a.teacher}.json'
+    path.write_text(json.dumps(out, indent=1)); print('wrote', path)
+
+if __name__ == '__main__':
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--teacher', default='smollm2-135m')
+    p.add_argument('--prompts', type=int, default=8)
+    p.add_argument('--length', type=int, default=1536, help='prompt length in tokens')
+    p.add_argument('--sets', default='0,3,7,11,15,18,22,26;0,1,2,16,20,23,24,28;0,1,2,16,17,18,23,24',
+                   help="kept sets to score, ';'-separated (default: uniform, AR's and the critical layers' at 8 of 30)")
+    p.add_argument('--valid-tokens', type=int, default=8192)
+    p.add_argument('--threads', type=int, default=1)
+    p.add_argument('--checkpoints', default=None, help='keep the fitted layers here, so that a killed run resumes')
+    main(p.parse_args())
