@@ -123,11 +123,21 @@ def append_jsonl(path: Path, row):
 
 def append_ledger(out_dir, row): append_jsonl(Path(out_dir)/'runs.jsonl', row)
 
-def save_report(out_dir, key, report_json):
-    "Keep a run's calibration report (per-layer rows, Phase-2 curves) beside the ledger, gzipped, named by the run's key."
+def report_name(key, recipe_id=None):
+    "A run's report file name: its key's, and its recipe's fingerprint, so that a run of a name whose recipe changed keeps its report beside the older one's."
+    return claim_name(key) + (f'-{recipe_id}' if recipe_id else '')
+
+def report_path(out_dir, row) -> Path:
+    "The report of a ledger row: the file of its key and recipe where there is one, else its key's (reports older than the fingerprinted names)."
+    d, key = Path(out_dir)/'reports', row.get('report_key', row['key'])
+    own = d/f"{report_name(key, row.get('recipe_id'))}.json.gz"
+    return own if own.exists() else d/f'{report_name(key)}.json.gz'
+
+def save_report(out_dir, key, report_json, recipe_id=None):
+    "Keep a run's calibration report (per-layer rows, Phase-2 curves) beside the ledger, gzipped, named by the run's key and recipe."
     import gzip
     d = Path(out_dir)/'reports'; d.mkdir(exist_ok=True)
-    with gzip.open(d/f'{claim_name(key)}.json.gz', 'wt') as f: f.write(report_json)
+    with gzip.open(d/f'{report_name(key, recipe_id)}.json.gz', 'wt') as f: f.write(report_json)
 
 def claim_name(key): return hashlib.sha1(key.encode()).hexdigest()
 
@@ -350,7 +360,7 @@ def work(a):
             kept = reused_layers(job, ledger[job_key(src)], teacher.config.num_hidden_layers) if src is not None else None
             res = (run_zero_shot(job, teacher, tok, test_ids, valid_ids, a, kept) if job['kind'] == 'zero_shot'
                    else run_recovery(job, teacher, tok, valid_ids, a))
-            if 'report' in res: save_report(a.out_dir, key, res.pop('report'))
+            if 'report' in res: save_report(a.out_dir, key, res.pop('report'), recipe_id(job['init']))
             seconds = time.time() - t0 + res.get('timings', {}).get('resumed_s', 0.)    # counting what a killed earlier leg calibrated
             append_ledger(a.out_dir, dict(key=key, setup_id=sid, recipe_id=recipe_id(job['init']), job=job, seconds=seconds, **res))
             if a.checkpoints and job['kind'] == 'zero_shot':     # its row holds the result: the layers it saved are not needed again

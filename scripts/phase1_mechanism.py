@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/'scripts'))
-from experiments import read_jsonl, relabel, claim_name, recipe_id, MECHANISM_STEPS, MECHANISM_INITS, GAUGES, GAUGE_INITS
+from experiments import read_jsonl, relabel, report_path, recipe_id, MECHANISM_STEPS, MECHANISM_INITS, GAUGES, GAUGE_INITS
 
 PAIRS = (('naive', 'phase2'), ('taylor_phase1', 'taylor'), ('taylor+ without phase1', 'taylor+ without phase1'), ('phase1', 'taylor+'))
 
@@ -33,7 +33,7 @@ def rows_by_init(ledger_dir, keep='uniform:0.25', seed=0):
 
 def report(ledger_dir, row):
     "A run's calibration report (a renamed row's under its old key); None where the ledger kept none (zero-shot rows older than the reports)."
-    path = Path(ledger_dir)/'reports'/f"{claim_name(row.get('report_key', row['key']))}.json.gz"
+    path = report_path(ledger_dir, row)
     if not path.exists(): return None
     with gzip.open(path, 'rt') as f: return json.load(f)
 
