@@ -134,7 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=run_diagnose)
     c = sub.add_parser('convert', help='convert and calibrate any teacher: a named one, a .gguf file, a local directory or a hub name')
     c.add_argument('--teacher', required=True, help=_teachers('a local directory', 'a hub name of a causal LM'))
-    c.add_argument('--keep', default='uniform:0.25', help='policy (uniform:F, ar:F, ga-s2:F, retrieval:F) or comma list of layer indices')
+    c.add_argument('--keep', default='ar:0.25', help='policy (uniform:F, ar:F, ga-s2:F, retrieval:F) or comma list of layer indices '
+                   "(default: %(default)s: the quarter of the layers whose attention the teacher misses most, scored on --selection-tokens; "
+                   'uniform:0.25 skips that scoring)')
+    c.add_argument('--selection-tokens', type=int, default=4096, help="VALID tokens of the shipped corpus on which the ar, ga-s2 and "
+                   'retrieval policies score the layers (AR: one teacher pass per layer; default: %(default)s)')
     _add_mixer(c)
     c.add_argument('--init', default='taylor+', help=f'{", ".join(_INITS)} (default: %(default)s)')
     c.add_argument('--data', default='train', help=f'calibration data: {_DATA} (default: %(default)s)')
@@ -447,6 +451,7 @@ def run_convert(args) -> int:
     check_output_dir(args.out, args.overwrite)
     _inits(args.init); keep = parse_keep(args.keep)
     if args.eval_tokens < 0: raise ValueError(f'--eval-tokens {args.eval_tokens}: a number of tokens, or 0 for the whole test split')
+    if args.selection_tokens < 1: raise ValueError(f'--selection-tokens {args.selection_tokens}: a positive number of VALID tokens')
     _check_teacher_name(args.teacher)
     _libraries()
     threads = _use_threads(args, args.teacher)
@@ -458,12 +463,13 @@ def run_convert(args) -> int:
     test_ids = None if args.no_eval else corpus_token_ids(tok, 'test', args.eval_tokens or None)
     print(_teacher_line(args.teacher, teacher, args, None if test_ids is None else test_ids.numel(), args.init), flush=True)
     print(threads, flush=True)
+    selection = corpus_token_ids(tok, 'valid', args.selection_tokens)     # layer selection never reads the test split
     student = calibrate(teacher, data, keep=keep, init=args.init, tokenizer=tok, seq_len=args.seq_len,
                         calib_tokens=args.calib_tokens, steps=args.steps, seed=args.seed, device=args.device, mixer=args.mixer,
-                        checkpoint_dir=args.checkpoint_dir)
+                        checkpoint_dir=args.checkpoint_dir, selection_data=selection)
     rep = student.calibration_report
     print(rep.layers_frame().to_string(index=False), flush=True)
-    run = dict(command='convert', teacher=args.teacher, keep=args.keep, mixer=args.mixer, init=args.init, data=args.data, seed=args.seed,
+    run = dict(command='convert', teacher=args.teacher, keep=args.keep, selection_tokens=args.selection_tokens, mixer=args.mixer, init=args.init, data=args.data, seed=args.seed,
                dtype=args.dtype, threads=args.threads_used)
     table = None
     if test_ids is not None:

@@ -109,6 +109,8 @@ def phase2(gdn: GatedDeltaNet, x: torch.Tensor, target: torch.Tensor, mask: torc
     curve = dict(step=[], train=[], heldout_step=[], heldout=[], stopped='steps', best_step=0)
     nb = recipe.batch_windows if recipe.minibatch and recipe.batch_windows else len(x)
     micro = windows_at_once(_width(gdn), x.shape[1], most=nb)               # the gradient of nb windows, summed `micro` at a time
+    if heldout is not None and recipe.minibatch:                           # the start competes: no step that does worse on held-out windows is kept
+        best_loss = curve['heldout_start'] = layer_fit(gdn, *heldout)['mse']
     gdn.train()
     for step in tqdm(range(1, recipe.steps + 1), desc=desc, disable=not progress, leave=False):
         idx = torch.randperm(len(x), generator=g)[:nb] if nb < len(x) else torch.arange(len(x))
@@ -129,7 +131,7 @@ def phase2(gdn: GatedDeltaNet, x: torch.Tensor, target: torch.Tensor, mask: torc
                 if h < best_loss: best_loss, best_step, best, bad = h, step, copy.deepcopy(gdn.state_dict()), 0
                 else: bad += 1
                 if recipe.patience and bad >= recipe.patience: curve['stopped'] = f'early stop at step {step}'; break
-    if best_step: gdn.load_state_dict(best)
+    if best_step or (heldout is not None and recipe.minibatch): gdn.load_state_dict(best)   # `best` is the start where no step beat it
     curve['best_step'] = best_step
     opt.zero_grad(set_to_none=True)                                         # the last step's gradients are not kept
     for p in gdn.parameters(): p.requires_grad_(False)
