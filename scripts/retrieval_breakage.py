@@ -61,12 +61,12 @@ def retrieval_score(model, prompts) -> dict:
     return dict(logprob=total / len(prompts), exact=exact / len(prompts))
 
 def fitted_states(teacher, tok, checkpoints: Path | None) -> dict:
-    "Every layer's GDN state after Phase 1 by least squares, teacher-forced: two calibrate calls (all but layer 0, then layer 0)."
+    "Every layer's GDN state after Phase 1 by least squares, teacher-forced: two calibrate calls (every layer but 0, then layer 0)."
     from taylor_calibrate.core import calibrate
     from taylor_calibrate.convert import gdn_modules
-    states = {}
-    for kept in ([0], [1]):
-        ck = checkpoints/f'keep_{kept[0]}' if checkpoints else None
+    n, states = teacher.config.num_hidden_layers, {}
+    for name, kept in (('keep_0', [0]), ('convert_0', list(range(1, n)))):
+        ck = checkpoints/name if checkpoints else None
         s = calibrate(teacher, 'train', keep=kept, init='phase1', tokenizer=tok, checkpoint_dir=ck)
         for l, g in gdn_modules(s).items(): states.setdefault(l, {k: v.clone() for k, v in g.state_dict().items()})
     return states
