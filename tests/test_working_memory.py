@@ -32,7 +32,7 @@ def test_one_window_at_a_time_agrees_with_whole_batches(monkeypatch, kind, init)
     windowed = calibrated(kind, init)
     a, b = whole.calibration_report, windowed.calibration_report
     for ra, rb in zip(a.heads, b.heads):
-        for k in ('sigma', 'alpha', 'beta', 'half_life', 'dt_bias'): assert ra[k] == pytest.approx(rb[k], rel=1e-4, abs=1e-6), (k, ra, rb)
+        for k in ('sigma', 'alpha', 'beta', 'half_life', 'dt_bias'): assert ra[k] == pytest.approx(rb[k], rel=1e-4, abs=1e-6, nan_ok=True), (k, ra, rb)   # NaN: a field the recipe does not set
     for la, lb in zip(a.layers, b.layers):
         for k in ('mse_phase1', 'mse_phase2'): assert la[k] == pytest.approx(lb[k], rel=1e-3), (k, la, lb)
     for l, g in gdn_modules(whole).items():
