@@ -208,7 +208,7 @@ def test_explorer_in_jupyterlab(lab, page):
     lo1 = f'{lo0 + 0.05:.2f}'
     _press(cell, BETA_LO, 'ArrowRight', 5)
     s3 = _wait_for(page, cell, f"s.sliders[{json.dumps(BETA_LO)}] === '{lo1}' && s.figs.beta"
-                               f" && s.figs.beta.title.includes('β* = {lo1} + {span0:.2f} c') && s.figs.kernel", 'beta lo slider')
+                               f" && s.figs.beta.title.includes('β* = {lo1} + {span0:.2f} κ') && s.figs.kernel", 'beta lo slider')
     c = num(s3['nums'][CONC])
     assert s3['nums'][BETA] != s2['nums'][BETA]
     assert num(s3['nums'][BETA]) == pytest.approx(float(lo1) + span0 * c, abs=2e-3)
@@ -220,7 +220,7 @@ def test_explorer_in_jupyterlab(lab, page):
     span1 = f'{span0 - 0.04:.2f}'
     _press(cell, BETA_SPAN, 'ArrowLeft', 4)
     s4 = _wait_for(page, cell, f"s.sliders[{json.dumps(BETA_SPAN)}] === '{span1}' && s.figs.beta"
-                               f" && s.figs.beta.title.includes('β* = {lo1} + {span1} c') && s.figs.kernel", 'beta span slider')
+                               f" && s.figs.beta.title.includes('β* = {lo1} + {span1} κ') && s.figs.kernel", 'beta span slider')
     assert num(s4['nums'][BETA]) == pytest.approx(float(lo1) + float(span1) * c, abs=2e-3)
     if 0.04 * c > 2e-3: assert s4['nums'][BETA] != s3['nums'][BETA]
     assert s4['figs']['beta']['points'] != s3['figs']['beta']['points']
