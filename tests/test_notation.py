@@ -21,11 +21,11 @@ Keys $k_t$, $k_s$, $k_{t,h}$, `kk^\\top`, the triple $q, k, v$ and the ridge $(G
 import ast, io, json, re, tokenize
 from pathlib import Path
 import pytest
+from test_wording import strip_code       # markdown without fenced code and inline code spans
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT/'nbs'
 
-CODE = re.compile(r'```.*?```|`[^`\n]*`', re.S)
 MATH = re.compile(r'\$\$.*?\$\$|\$[^$\n]+\$', re.S)
 QKV = re.compile(r'q\s*[,/]\s*k\s*[,/]\s*v')   # the triple of projections, not a factor
 NB = r'(?![\w{])'                                # not followed by a letter, digit, _ or a brace
@@ -50,10 +50,6 @@ BARE_K_STRING = re.compile(r'(?<![\w.\\/\'"-])k\s*(?:=|<=|>=)\s*(?:[\d{]|$)|\bby
 K_VALUE_STRING = re.compile(r'(?:\b(?:at|from|to)\s+|\(|^\s*)k\s*=\s*[\d.{]')   # 'at k = 1', 'from k=1 to k=10', '(k = 1)'
 K_VALUE_MATH = re.compile(r'(?<![\w\\])k\s*(?:=|\\in)\s*[\d.\\{]')   # $k = 10$, $k \in \{...\}$: a value, never a key
 
-
-def strip_code(text: str) -> str:
-    "Markdown without fenced code blocks and inline code spans (newlines kept)."
-    return CODE.sub(lambda m: '\n' * m.group(0).count('\n'), text)
 
 def code_texts(src: str) -> list:
     "The comments, docstrings and string literals of Python source (magics and shell lines blanked first); a subscript's key is data, not text."
