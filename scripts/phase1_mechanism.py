@@ -8,14 +8,14 @@ A pair is (the run that holds the start, the run whose Phase 2 starts there): th
 Phase 1 alone and `taylor`, and the same for taylor+'s Phase 2 (from the copy, `taylor+ without phase1`; from Phase 1,
 `taylor+`), at one seed. Half-lives and write strengths are medians over each layer's heads; a start's come from the
 start's own run (the copy's or Phase 1's), an end's from the Phase-2 run. The same-named budget and gauge runs of the
-'mechanism' part give the perplexity of each start after 30, 100 and 300 Phase-2 steps and at value/output gauges 10 and 100.
+'mechanism' part give the perplexity of each start by Phase 2's step cap (30, 100, 300, and 1,000 where run) and at value/output gauges 10 and 100.
 """
 import argparse, gzip, json, statistics, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/'scripts'))
-from experiments import read_jsonl, relabel, report_path, recipe_id, MECHANISM_STEPS, MECHANISM_INITS, GAUGES, GAUGE_INITS
+from experiments import read_jsonl, relabel, report_path, recipe_id, recipe_of, MECHANISM_STEPS, MECHANISM_INITS, GAUGES, GAUGE_INITS
 
 PAIRS = (('naive', 'phase2'), ('taylor_phase1', 'taylor'), ('taylor+ without phase1', 'taylor+ without phase1'), ('phase1', 'taylor+'))
 
@@ -79,15 +79,18 @@ def cells(ledger_dir, keep, seeds=(0, 1, 2)):
                       seconds_median=statistics.median(r['seconds'] for r in rs.values() if r.get('seconds')) if any(r.get('seconds') for r in rs.values()) else None)
     return out
 
+def by_steps(rows, init, field):
+    "`init`'s perplexity (`field`) by Phase 2's step cap: its own recipe's run at its own cap, the '<init> with steps=N' runs at N."
+    runs = {n: rows.get(f'{init} with steps={n}') for n in (*MECHANISM_STEPS, 300, 1000)} | {recipe_of(init).steps: rows.get(init)}
+    return {n: r.get(field) for n, r in sorted(runs.items()) if r is not None}
+
 def main(a):
     d = ROOT/'bench'/'results'/f'experiments_{a.teacher}'
     rows = rows_by_init(d)
     out = dict(teacher=a.teacher, ledger=str(d.relative_to(ROOT)), seed=0,
                cells={keep: cells(d, keep) for keep in ('uniform:0.25', 'ar:0.25')}, pairs={f'{s} -> {e}': pair_table(d, rows, s, e) for s, e in PAIRS},
-               budget={i: {n: rows[f'{i} with steps={n}'].get('valid_ppl') if f'{i} with steps={n}' in rows else None for n in MECHANISM_STEPS}
-                       | {300: rows[i].get('valid_ppl') if i in rows else None} for i in MECHANISM_INITS},
-               budget_test={i: {n: rows[f'{i} with steps={n}']['ppl'] if f'{i} with steps={n}' in rows else None for n in MECHANISM_STEPS}
-                            | {300: rows[i]['ppl'] if i in rows else None} for i in MECHANISM_INITS},
+               budget={i: by_steps(rows, i, 'valid_ppl') for i in MECHANISM_INITS},
+               budget_test={i: by_steps(rows, i, 'ppl') for i in MECHANISM_INITS},
                gauge={i: {k: rows[f'{i} at gauge x{k}']['ppl'] if f'{i} at gauge x{k}' in rows else None for k in GAUGES}
                       | {1: rows[i]['ppl'] if i in rows else None} for i in GAUGE_INITS})
     path = ROOT/'bench'/'results'/f'phase1_mechanism_{a.teacher}.json'
