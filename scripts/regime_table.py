@@ -28,7 +28,7 @@ if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--teacher', default='smollm2-135m')
     p.add_argument('--keep', default='uniform:0.25')
-    p.add_argument('--inits', default='naive,phase1')
+    p.add_argument('--inits', default='naive,taylor_phase1')
     p.add_argument('--heldout-tokens', type=int, default=2048)
     p.add_argument('--threads', type=int, default=1)
     p.add_argument('--out', default=None, help='default: bench/results/regime_<teacher>.json')

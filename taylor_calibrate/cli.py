@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser('diagnose', help="before converting: how large a naive copy's and Phase 1's GDN branches start, per layer")
     g.add_argument('--teacher', default=None, help=f'{_teachers("a local directory", "a hub name")} (default: {_SHIPPED[0]})')
     g.add_argument('--keep', default='uniform:0.25', help='layers kept as attention: a policy or a comma list (default: %(default)s)')
-    g.add_argument('--inits', default='naive,phase1', help='inits to measure; phase2/taylor/taylor+ also run Phase 2 (default: %(default)s)')
+    g.add_argument('--inits', default='naive,taylor_phase1', help='inits to measure; phase2/taylor/taylor+ also run Phase 2 (default: %(default)s)')
     g.add_argument('--data', default='train', help=f'calibration data: {_DATA} (default: %(default)s)')
     g.add_argument('--heldout', default='valid', help='held-out data the table is measured on, in the forms --data takes (default: %(default)s)')
     g.add_argument('--heldout-tokens', type=int, default=2048, help='tokens of --heldout the table is measured on (default: %(default)s)')
@@ -725,7 +725,7 @@ _CLI_WORDING = (
     (r'give more data or a smaller batch_size', 'give more --data or a smaller --batch-size'),
     (r'^eval_data ', '--eval-data '),
     (r'\(e\.g\. heldout="valid"\)', '(e.g. --heldout valid)'),
-    (r'e\.g\. inits=\("naive", "phase1"\)', 'e.g. --inits naive,phase1'),
+    (r'e\.g\. inits=\("naive", "taylor_phase1"\)', 'e.g. --inits naive,taylor_phase1'),
 )
 
 def _cli_wording(message: str) -> str:

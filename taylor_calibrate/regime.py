@@ -30,11 +30,11 @@ def teacher_branch_sizes(teacher, windows: torch.Tensor, layers: list) -> tuple[
                  residual_rms=_rms(hidden[l].float().cpu()[m])) for l in layers]
     return rows, st.captures, st.capture_mask
 
-def regime_table(teacher, data='train', keep='uniform:0.25', tokenizer=None, inits=('naive', 'phase1'), heldout='valid',
+def regime_table(teacher, data='train', keep='uniform:0.25', tokenizer=None, inits=('naive', 'taylor_phase1'), heldout='valid',
                  heldout_tokens: int = 2048, seq_len: int = 512, seed: int = 0, steps: int | None = None,
                  progress: bool = False) -> pd.DataFrame:
     "Per converted layer: teacher context / attention output / residual RMS, and each init's GDN branch RMS ratio and cosine to the teacher on held-out tokens."
-    if not inits: raise ValueError('regime_table needs at least one init, e.g. inits=("naive", "phase1")')
+    if not inits: raise ValueError('regime_table needs at least one init, e.g. inits=("naive", "taylor_phase1")')
     for i in inits: get_recipe(i)
     if isinstance(data, str) and isinstance(heldout, str) and data == heldout:
         raise ValueError(f'calibration data and held-out tokens are both the {data!r} split; use different text (e.g. heldout="valid")')
@@ -134,7 +134,7 @@ def fig_gauge_slider(sweep: dict, keep: str = 'uniform:0.25') -> go.Figure:
                              sliders=[dict(active=ks.index(1.0) if 1.0 in ks else 0, steps=steps, currentvalue=dict(prefix='ρ = '))])
 
 # %% ../nbs/05a_regime.ipynb #1e2a560f
-def gauge_point(teacher, tokenizer, k: float, eval_ids: torch.Tensor, inits=('naive', 'phase1'), data='train',
+def gauge_point(teacher, tokenizer, k: float, eval_ids: torch.Tensor, inits=('naive', 'taylor_phase1'), data='train',
                 heldout='valid', heldout_tokens: int = 1024, seed: int = 0) -> dict:
     "At gauge factor ρ = `k`: the rescaled teacher's perplexity on `eval_ids`, and each init's perplexity and mean branch ratio."
     t = rescale_value_output(teacher, k)
@@ -147,7 +147,7 @@ def gauge_point(teacher, tokenizer, k: float, eval_ids: torch.Tensor, inits=('na
     return out
 
 def gauge_widget(teacher, tokenizer, eval_tokens: int = 8192, ks=(0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0), sweep: dict | None = None):
-    "A slider over the gauge factor ρ that recomputes `gauge_point` live (naive and Phase 1 on the first `eval_tokens` TEST tokens), with the sweep's taylor rows beside it."
+    "A slider over the gauge factor ρ that recomputes `gauge_point` live (naive and the paper's Phase 1 alone on the first `eval_tokens` TEST tokens), with the sweep's taylor rows beside it."
     import ipywidgets as widgets
     from IPython.display import display
     eval_ids = corpus_token_ids(tokenizer, 'test', eval_tokens)
@@ -157,7 +157,7 @@ def gauge_widget(teacher, tokenizer, eval_tokens: int = 8192, ks=(0.1, 0.3, 1.0,
     def show(k):
         out.value = f'<i>computing ρ = {k:g} ...</i>'
         p = gauge_point(teacher, tokenizer, k, eval_ids)
-        rows = [('teacher', p['teacher'], '')] + [(i, p[i], f"{p[f'{i}_ratio']:.3f}") for i in ('naive', 'phase1')]
+        rows = [('teacher', p['teacher'], '')] + [(i, p[i], f"{p[f'{i}_ratio']:.3f}") for i in ('naive', 'taylor_phase1')]
         if sweep is not None:
             for i in ('taylor', 'taylor+'):
                 c = sweep['runs'].get('uniform:0.25', {}).get(i, {}).get(str(float(k)))

@@ -98,7 +98,7 @@ def test_api_wording_becomes_command_line_wording(tmp_path):
         (lambda: distill.distill(None, None, ids, tokens=0), 'tokens must', '--tokens must be a positive integer'),
         (lambda: distill.distill(None, None, ids, tokens=64, batch_size=0), 'batch_size must', '--batch-size must be at least 1'),
         (lambda: distill.distill(None, None, ids, tokens=64, ce_weight=-1), 'ce_weight must', '--ce-weight must be >= 0'),
-        (lambda: regime.regime_table(None, inits=()), 'inits=(', 'e.g. --inits naive,phase1'),
+        (lambda: regime.regime_table(None, inits=()), 'inits=(', 'e.g. --inits naive,taylor_phase1'),
         (lambda: regime.regime_table(None, data='valid', heldout='valid'), 'heldout="valid"', '(e.g. --heldout valid)'),
     ]
     for f, api, cli in cases:
