@@ -64,7 +64,8 @@ def pair_table(ledger_dir, rows, start, end):
     return dict(start=start, end=end, start_stage=st, test_ppl=rows[end]['ppl'], valid_ppl=rows[end].get('valid_ppl'),
                 start_test_ppl=rows[start]['ppl'] if start != end else None, layers=out)
 
-CELL_INITS = ('naive', 'zero_gate', 'taylor_phase1', 'phase1', 'phase2', 'taylor', 'taylor+ without phase1', 'taylor+')
+CELL_INITS = ('naive', 'zero_gate', 'taylor_phase1', 'phase1', 'phase2', 'taylor', 'taylor+ without phase1', 'taylor+',
+              'taylor+ with gauge_fix', 'taylor+ with rates x4', 'taylor+ with steps=300')   # the last three: taylor+'s variants
 
 def cells(ledger_dir, keep, seeds=(0, 1, 2)):
     "Per init at `keep`: the current rows' TEST and VALID perplexities by seed, their means over the seeds run, and the median run time."
