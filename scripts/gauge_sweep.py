@@ -4,14 +4,20 @@ with every initialisation. Calibration on TRAIN, evaluation on the whole TEST sp
     python scripts/gauge_sweep.py --workers 2           # the full sweep -> bench/results/gauge/
     python scripts/gauge_sweep.py --mini --out-dir /tmp/g   # a few steps of everything (checks the code path)
     python scripts/gauge_sweep.py --summarise-only      # rewrite gauge.json from the runs finished so far
-    python scripts/gauge_sweep.py --teacher smollm2-135m --eval-tokens 8192 --inits naive,zero_gate,phase1 --seeds 1
+    python scripts/gauge_sweep.py --teacher smollm2-135m --eval-tokens 8192 --inits naive,zero_gate,taylor_phase1 --seeds 1
                                                         # the cheap inits on the real teacher -> bench/results/gauge_smollm2-135m/
 
-Runs: k in {0.1, 0.3, 1, 3, 10, 30, 100} x inits {naive, zero_gate, phase1, phase2, taylor, taylor+} with `uniform:0.25`;
+Runs: k in {0.1, 0.3, 1, 3, 10, 30, 100} x inits {naive, zero_gate, taylor_phase1 (the paper's Phase 1 alone), phase2, taylor,
+taylor+} with `uniform:0.25`;
 `taylor+` both with and without its `gauge_fix` switch; at k = 10 (inside the range of context sizes logged for
 Llama-3.2-3B) the retention sweep 25/50/75% for naive, taylor and taylor+. Seed 0 of everything first, then the
 other seeds. Every finished run is one line of `<out-dir>/runs.jsonl` (the same resumable ledger as
 `scripts/experiments.py`): an interrupted sweep continues where it stopped. `<out-dir>/gauge.json` summarises it.
+Each row carries the fingerprint of the recipe it ran (`gauge_fix` included); a row whose init names another recipe
+today is run again, and rows of the paper's Phase 1 written as `phase1` are read as `taylor_phase1`, as
+`scripts/experiments.py` reads its ledger. The committed summaries (`bench/results/gauge*/gauge.json`, read by 05a, 08
+and `scripts/gap_closed.py`) name the paper's Phase 1 alone `phase1` and hold `taylor+` started from the paper's mappings
+(the recipe of 08's grids); `--summarise-only` rewrites a summary under today's names and recipes.
 """
 import argparse, json, math, statistics, sys, time
 from pathlib import Path
@@ -19,10 +25,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/'scripts'))
-from experiments import read_ledger, append_ledger, claim, job_key, run_workers, _summ
+from experiments import read_jsonl, relabel, fingerprint, recipe_of, LEGACY_IDS, append_ledger, claim, job_key, run_workers, _summ
 
 KS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
-INITS = ('naive', 'zero_gate', 'phase1', 'phase2', 'taylor', 'taylor+')
+INITS = ('naive', 'zero_gate', 'taylor_phase1', 'phase2', 'taylor', 'taylor+')
 ORDER = (1.0, 100.0, 0.1, 10.0, 30.0, 0.3, 3.0)   # the expensive inits: the extremes and the real-model range first
 RETENTION_K, RETENTION, RETENTION_INITS = 10.0, (0.25, 0.5, 0.75), ('naive', 'taylor', 'taylor+')
 LLAMA_CONTEXT_RMS = (0.017, 0.145)      # teacher context RMS range in the reference implementation's Llama-3.2-3B logs
@@ -43,21 +49,35 @@ def jobs(seeds, ks=KS):
     def retention(ss):
         return [job(RETENTION_K, i, s, keep=f'uniform:{f}', gauge_fix=g) for s in ss for f in RETENTION
                 for i, g in [('naive', False), ('taylor', False), ('taylor+', False), ('taylor+', True)]]
-    cells = [('naive', False), ('taylor', False), ('taylor+', True), ('zero_gate', False), ('phase1', False),
+    cells = [('naive', False), ('taylor', False), ('taylor+', True), ('zero_gate', False), ('taylor_phase1', False),
              ('taylor+', False), ('phase2', False)]
     others = list(range(1, seeds))
     later = [job(k, i, s, gauge_fix=g) for i, g in cells for k in sorted(ks, key=ORDER.index) for s in others] + retention(others)
     todo = seed0() + later
     return list({job_key(j): j for j in todo}.values())
 
+def recipe_id(j):
+    "The fingerprint of the recipe a gauge job runs: its init's recipe with the job's `gauge_fix`."
+    from dataclasses import replace
+    return fingerprint(replace(recipe_of(j['init']), gauge_fix=j['gauge_fix']))
+
+def read_ledger(out_dir, setup_id):
+    "The sweep's rows of `setup_id` whose recipe is the one their job names now, by key (the paper's Phase 1 under its new name)."
+    def current(r):
+        try: now = recipe_id(r['job'])
+        except ValueError: return False
+        return r.get('recipe_id', LEGACY_IDS.get(r['job']['init'], now)) == now
+    rows = [relabel(r) for r in read_jsonl(Path(out_dir)/'runs.jsonl')]
+    return {r['key']: r for r in rows if r['setup_id'] == setup_id and current(r)}
+
 def budget(a): return dict(steps=3, calib_tokens=1024, heldout_tokens=512) if a.mini else {}
 
 def run(j, teacher, tok, test_ids, a):
     from dataclasses import replace
-    from taylor_calibrate.core import calibrate, get_recipe, rescale_value_output
+    from taylor_calibrate.core import calibrate, rescale_value_output
     from taylor_calibrate.teacher import perplexity
     t = rescale_value_output(teacher, j['k'])
-    recipe = replace(get_recipe(j['init']), gauge_fix=j['gauge_fix'])
+    recipe = replace(recipe_of(j['init']), gauge_fix=j['gauge_fix'])
     student = calibrate(t, 'train', keep=j['keep'], init=recipe, tokenizer=tok, seed=j['seed'], progress=False, **budget(a))
     rep = student.calibration_report
     return dict(ppl=perplexity(student, test_ids, progress=False), kept=rep.keep, layers=rep.layers, timings=rep.timings)
@@ -85,7 +105,7 @@ def work(a):
         if key in read_ledger(a.out_dir, sid) or not claim(a.out_dir, key): continue
         t0 = time.time()
         res = run(j, teacher, tok, test_ids, a)
-        append_ledger(a.out_dir, dict(key=key, setup_id=sid, job=j, seconds=time.time() - t0, **res))
+        append_ledger(a.out_dir, dict(key=key, setup_id=sid, job=j, recipe_id=recipe_id(j), seconds=time.time() - t0, **res))
         print(f"k {j['k']:6g} {j['keep']:13} {j['init']:9} gauge_fix {j['gauge_fix']!s:5} seed {j['seed']}  ppl {res['ppl']:9.2f} "
               f"({time.time() - t0:.0f}s)", flush=True)
 

@@ -172,6 +172,22 @@ def test_a_gauge_sweep_runs_only_the_inits_it_is_given(tmp_path):
     res = json.loads((tmp_path/'gauge.json').read_text())
     assert res['setup']['runs_missing'] == [] and set(res['runs']['uniform:0.25']) == {'naive'}
 
+def test_a_gauge_sweep_reads_its_ledger_by_recipe(tmp_path):
+    "The paper's Phase 1 written as 'phase1' is read as 'taylor_phase1'; a taylor+ row of another recipe is run again; gauge_fix is part of a row's recipe."
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import gauge_sweep as g
+    rows = [dict(key=g.job_key(j), setup_id='s', job=j, **extra) for j, extra in [
+        (g.job(1.0, 'phase1', 0), {}),                                         # the paper's Phase 1 under its old name
+        (g.job(1.0, 'taylor+', 0), {}),                                        # taylor+ of the recipe before Phase 1 by least squares
+        (g.job(10.0, 'taylor+', 0, gauge_fix=True), dict(recipe_id=g.recipe_id(g.job(10.0, 'taylor+', 0, gauge_fix=True)))),
+        (g.job(30.0, 'taylor+', 0, gauge_fix=True), dict(recipe_id=g.recipe_id(g.job(30.0, 'taylor+', 0)))),   # without the switch it names
+    ]]
+    (tmp_path/'runs.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    got = g.read_ledger(tmp_path, 's')
+    assert sorted(r['job']['init'] + f" {r['job']['k']}" for r in got.values()) == ['taylor+ 10.0', 'taylor_phase1 1.0']
+    assert g.job_key(g.job(1.0, 'taylor_phase1', 0)) in got and g.job_key(g.job(1.0, 'taylor+', 0)) not in got
+    assert 'phase1' not in g.INITS and 'taylor_phase1' in g.INITS
+
 def test_a_claim_of_a_finished_process_is_taken_over_and_a_live_one_is_not(tmp_path):
     "A killed run leaves its claims behind: the next worker takes them over, while a running worker's claim stays its own."
     sys.path.insert(0, str(ROOT/'scripts'))
