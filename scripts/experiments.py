@@ -94,11 +94,12 @@ def jobs(parts, seeds, mini=False):
     return list({job_key(j): j for j in todo}.values())        # shared cells once, first position kept
 
 # ----- the ledger -----
-def read_ledger(out_dir, setup_id):
-    "The ledger's rows of `setup_id` whose recipe is the one their init names now, by key (the paper's Phase 1 under its new name)."
+def read_ledger(out_dir, setup_id, job_recipe_id=lambda job: recipe_id(job['init'])):
+    """The ledger's rows of `setup_id` whose recipe is the one their job names now (`job_recipe_id`: the fingerprint of
+    the recipe a job runs today), by key (the paper's Phase 1 under its new name)."""
     rows = [relabel(r) for r in read_jsonl(Path(out_dir)/'runs.jsonl')]
     def current(r):
-        try: now = recipe_id(r['job']['init'])
+        try: now = job_recipe_id(r['job'])
         except ValueError: return False                     # an init no recipe of today's has (an ablated switch taylor+ lacks)
         return r.get('recipe_id', LEGACY_IDS.get(r['job']['init'], now)) == now
     return {r['key']: r for r in rows if r['setup_id'] == setup_id and current(r)}

@@ -25,7 +25,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/'scripts'))
-from experiments import read_jsonl, relabel, fingerprint, recipe_of, LEGACY_IDS, append_ledger, claim, job_key, run_workers, _summ
+import experiments
+from experiments import fingerprint, recipe_of, append_ledger, claim, job_key, run_workers, _summ
 
 KS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 INITS = ('naive', 'zero_gate', 'taylor_phase1', 'phase2', 'taylor', 'taylor+')
@@ -56,29 +57,24 @@ def jobs(seeds, ks=KS):
     todo = seed0() + later
     return list({job_key(j): j for j in todo}.values())
 
-def recipe_id(j):
-    "The fingerprint of the recipe a gauge job runs: its init's recipe with the job's `gauge_fix`."
+def job_recipe(j):
+    "The recipe a gauge job runs: its init's recipe with the job's `gauge_fix`."
     from dataclasses import replace
-    return fingerprint(replace(recipe_of(j['init']), gauge_fix=j['gauge_fix']))
+    return replace(recipe_of(j['init']), gauge_fix=j['gauge_fix'])
+
+def recipe_id(j): return fingerprint(job_recipe(j))
 
 def read_ledger(out_dir, setup_id):
-    "The sweep's rows of `setup_id` whose recipe is the one their job names now, by key (the paper's Phase 1 under its new name)."
-    def current(r):
-        try: now = recipe_id(r['job'])
-        except ValueError: return False
-        return r.get('recipe_id', LEGACY_IDS.get(r['job']['init'], now)) == now
-    rows = [relabel(r) for r in read_jsonl(Path(out_dir)/'runs.jsonl')]
-    return {r['key']: r for r in rows if r['setup_id'] == setup_id and current(r)}
+    "The sweep's rows of `setup_id` whose recipe (`gauge_fix` included) is the one their job names now, by key."
+    return experiments.read_ledger(out_dir, setup_id, recipe_id)
 
 def budget(a): return dict(steps=3, calib_tokens=1024, heldout_tokens=512) if a.mini else {}
 
 def run(j, teacher, tok, test_ids, a):
-    from dataclasses import replace
     from taylor_calibrate.core import calibrate, rescale_value_output
     from taylor_calibrate.teacher import perplexity
     t = rescale_value_output(teacher, j['k'])
-    recipe = replace(recipe_of(j['init']), gauge_fix=j['gauge_fix'])
-    student = calibrate(t, 'train', keep=j['keep'], init=recipe, tokenizer=tok, seed=j['seed'], progress=False, **budget(a))
+    student = calibrate(t, 'train', keep=j['keep'], init=job_recipe(j), tokenizer=tok, seed=j['seed'], progress=False, **budget(a))
     rep = student.calibration_report
     return dict(ppl=perplexity(student, test_ids, progress=False), kept=rep.keep, layers=rep.layers, timings=rep.timings)
 
