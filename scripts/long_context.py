@@ -6,7 +6,8 @@
         --students runs/students_smollm2-135m --ledger bench/results/experiments_smollm2-135m/runs.jsonl
 
 Students are folders written by `scripts/experiments.py --save-students DIR` (one per zero-shot run, named by the
-run's key); each is labelled from the experiments ledger (init, layer policy, seed). Every answered prompt is one
+run's key); each is labelled from the experiments ledger (init, layer policy, seed). `--hybrids` adds folders written by
+`taylor-calibrate convert`, labelled from their calibration reports. Every answered prompt is one
 JSON line of `<out-dir>/runs.jsonl`; a prompt already answered by a model is never asked again, so an interrupted run
 resumes. The summary (accuracy with 95% Wilson intervals per model, kind and size: the context length asked for, or
 the number of word pairs) goes to `<out-dir>/long_context.json`.
@@ -38,6 +39,17 @@ def student_labels(students, ledger):
             if j['kind'] == 'recovery': out[d] += f" | recovered ({r['log']['eval_tokens'][-1]:,} tokens)"
     return out
 
+def hybrid_labels(folders: str) -> dict:
+    "Folder -> label ('taylor+ | needle:0.5 | seed 0') for hybrids saved by `convert` or `save_hybrid`, from the calibration report beside the weights."
+    from taylor_calibrate.hybrid import read_calibration_report
+    out = {}
+    for d in map(Path, folders.split(',')):
+        rep = read_calibration_report(d)
+        if rep is None: raise FileNotFoundError(f'{d} holds no calibration report: not a hybrid saved by convert or save_hybrid')
+        policy = rep.selection['policy'] if rep.selection else ','.join(map(str, rep.keep))
+        out[d] = f'{rep.init} | {policy} | seed {rep.seed}'
+    return out
+
 def main(a):
     from taylor_calibrate.teacher import load_teacher
     from taylor_calibrate.probes import run_probes, accuracy
@@ -47,6 +59,7 @@ def main(a):
     items = sorted(probe_items(tok, a), key=lambda it: it.context_len)
     models = {'teacher': None}
     if a.students: models.update({label: d for d, label in student_labels(a.students, a.ledger).items() if re.search(a.only, label)})
+    if a.hybrids: models.update({label: d for d, label in hybrid_labels(a.hybrids).items()})
     path = out/'runs.jsonl'
     done = {(r['model'], r['item']) for r in map(json.loads, path.read_text().splitlines())} if path.exists() else set()
     for label, folder in models.items():
@@ -81,6 +94,7 @@ if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--teacher', default='smollm2-135m', help='a teacher name load_teacher takes')
     p.add_argument('--students', default=None, help='a folder of saved hybrids from experiments.py --save-students')
+    p.add_argument('--hybrids', default=None, help='comma list of hybrid folders written by taylor-calibrate convert, labelled from their reports')
     p.add_argument('--ledger', default=None, help="the experiments ledger that names the students' runs")
     p.add_argument('--only', default='', help="a regular expression the students' labels ('taylor | uniform:0.25 | seed 0') must match")
     p.add_argument('--contexts', default='1024,2048,4096,8192', help='prompt lengths in tokens (passkey, multi-key)')

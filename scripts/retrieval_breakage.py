@@ -5,60 +5,27 @@ score, the mean log-probability of the answer tokens on synthetic retrieval prom
 
 Phase 1 fits each converted layer against the teacher's own inputs, so one `calibrate` call that converts every layer but
 one (and a second for that one) gives every layer's fitted state; any set of converted layers is then assembled from those
-states with no further calibration, and scoring a set costs forward passes only. The prompts are built here and share
-nothing with the long-context probes of `taylor_calibrate.probes`: other needle sentences and questions, keys of digits
+states with no further calibration, and scoring a set costs forward passes only; the `needle` layer policy is this map (`taylor_calibrate.policies`).
+The prompts are that policy's and share nothing with the long-context probes of `taylor_calibrate.probes`: other needle sentences and questions, keys of digits
 or letters, and filler from the VALID split of the shipped corpus or generated sentences (calibration reads TRAIN; the
 probes use their own filler). `--sets` scores kept sets too (retrieval score and VALID perplexity).
 """
-import argparse, json, random, time
+import argparse, json, time
 from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-NEEDLES = (('The secret code is {v}.', 'What was the secret code? The secret code is'),
-           ('Please write down this number: {v}. The number is {v}.', 'Which number was written down? The number was'),
-           ('My locker combination is {v}, do not forget it.', 'What is the locker combination? The locker combination is'),
-           ('Note for later: the reference id is {v}.', 'Recall the reference id. The reference id is'),
-           ('The password for the archive is {v}.', 'The password for the archive is'))
-NOUNS = 'river table lamp window road teacher garden city market song letter bridge morning ocean ship wall friend story train house'.split()
-VERBS = 'sees finds moves paints opens follows carries builds hears reads remembers crosses'.split()
-ADJS = 'old quiet bright small long warm distant simple careful early narrow heavy'.split()
-
-def key_value(r: random.Random) -> str:
-    "A key to retrieve: 4 to 7 digits, or 4 to 6 letters and digits."
-    if r.random() < 0.5: return str(r.randrange(10 ** ((n := r.choice((4, 5, 6, 7))) - 1), 10 ** n))
-    return ''.join(r.choice('ABCDEFGHJKLMNPQRSTUVWXYZ23456789') for _ in range(r.choice((4, 5, 6))))
-
-def sentences(r: random.Random, n: int) -> str:
-    return ' '.join(f'The {r.choice(ADJS)} {r.choice(NOUNS)} {r.choice(VERBS)} the {r.choice(NOUNS)}.' for _ in range(n))
 
 def retrieval_prompts(tok, n: int = 8, length: int = 1536, seed: int = 0) -> list:
-    "(prompt ids, answer ids) pairs: one needle at a random depth of `length` tokens of filler, then its question."
+    "(prompt ids, answer ids) pairs: the needle policy's prompts (`policies.needle_prompts`), filler from 200,000 VALID tokens."
     from taylor_calibrate.teacher import corpus_token_ids
-    r, text = random.Random(seed), corpus_token_ids(tok, 'valid', 200_000)
-    out = []
-    for _ in range(n):
-        (needle, question), v = r.choice(NEEDLES), key_value(r)
-        nid = tok(' ' + needle.format(v=v), add_special_tokens=False)['input_ids']
-        qid = tok('\n' + question, add_special_tokens=False)['input_ids']
-        aid = tok(' ' + v, add_special_tokens=False)['input_ids']
-        room = length - len(nid) - len(qid)
-        if r.random() < 0.5:
-            s = r.randrange(0, len(text) - room); fill = text[s:s + room].tolist()
-        else:
-            fill = tok(sentences(r, room), add_special_tokens=False)['input_ids'][:room]
-        at = int(r.uniform(0.05, 0.95) * len(fill))
-        out.append((torch.tensor(fill[:at] + nid + fill[at:] + qid), torch.tensor(aid)))
-    return out
+    from taylor_calibrate.policies import needle_prompts
+    return needle_prompts(tok, corpus_token_ids(tok, 'valid', 200_000), n, length, seed)
 
-@torch.no_grad()
 def retrieval_score(model, prompts) -> dict:
     "Mean over prompts of the answer tokens' mean log-probability (teacher-forced), and the share whose answer is the greedy one."
-    total, exact = 0., 0
-    for p, a in prompts:
-        logp = model(torch.cat([p, a])[None]).logits[0, len(p) - 1:-1].float().log_softmax(-1)
-        total += logp.gather(-1, a[:, None]).mean().item(); exact += int((logp.argmax(-1) == a).all())
-    return dict(logprob=total / len(prompts), exact=exact / len(prompts))
+    from taylor_calibrate.policies import answer_logprob
+    return answer_logprob(model, prompts)
 
 def fitted_states(teacher, tok, checkpoints: Path | None) -> dict:
     "Every layer's GDN state after Phase 1 by least squares, teacher-forced: two calibrate calls (every layer but 0, then layer 0)."

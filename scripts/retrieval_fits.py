@@ -5,6 +5,7 @@ perplexity and the passkey probe of `taylor_calibrate.probes` at 1K, 2K and 4K t
 
     python scripts/retrieval_fits.py --checkpoints DIR    # -> bench/results/retrieval_fits_smollm2-135m.json
 
+`--kept` calibrates other kept sets the same ways (what retrieval takes: more layers kept, in the breakage map's order).
 Fits: `phase1_512` (Phase 1 by least squares on 512-token windows, the fits of retrieval_breakage.py, read from
 `--breakage-checkpoints` when given), `phase1_2048` (the same on 2,048-token windows: the converted layers see
 positions as far out as the probes' questions), `taylor+_512` (Phase 1, then 100 Phase-2 steps). Calibration reads
@@ -35,17 +36,21 @@ def measure(model, tok, prompts, valid, items) -> dict:
                 passkey_rows=[dict(context_len=r['context_len'], depth=r['depth'], answer=r['answer'], continuation=r['continuation'],
                                    correct=r['correct']) for r in rows], measure_s=time.time() - t0)
 
-def model_of(name, teacher, tok, a):
-    "The teacher, or the kept set calibrated as `name` ('phase1_512': the breakage fits; '<init>_<window>': calibrate)."
+def entry_name(name: str, kept: list) -> str:
+    "A result's name: the fit's, with the kept set appended where it is not `KEPT`."
+    return name if kept == KEPT else f"{name} keep={','.join(map(str, kept))}"
+
+def model_of(name, kept, teacher, tok, a):
+    "The teacher, or `kept` calibrated as `name` ('phase1_512': the breakage fits; '<init>_<window>': calibrate)."
     from taylor_calibrate.core import calibrate
     if name == 'teacher': return teacher
     n = teacher.config.num_hidden_layers
     if name == 'phase1_512':
         states = fitted_states(teacher, tok, Path(a.breakage_checkpoints) if a.breakage_checkpoints else None)
-        return hybrid_with(teacher, states, [l for l in range(n) if l not in KEPT])
+        return hybrid_with(teacher, states, [l for l in range(n) if l not in kept])
     init, window = name.rsplit('_', 1)
-    return calibrate(teacher, 'train', keep=KEPT, init=init, tokenizer=tok, seq_len=int(window), progress=False,
-                     checkpoint_dir=Path(a.checkpoints)/name if a.checkpoints else None)
+    return calibrate(teacher, 'train', keep=kept, init=init, tokenizer=tok, seq_len=int(window), progress=False,
+                     checkpoint_dir=Path(a.checkpoints)/entry_name(name, kept).replace(' ', '_') if a.checkpoints else None)
 
 def main(a):
     from taylor_calibrate.teacher import load_teacher, corpus_token_ids
@@ -56,19 +61,23 @@ def main(a):
     teacher, tok = load_teacher(a.teacher)
     prompts, valid = retrieval_prompts(tok, 8, 1536), corpus_token_ids(tok, 'valid', 8192)
     items = probe_items(tok, kinds=('passkey',), context_lens=CONTEXTS)
-    for name in a.models.split(','):
-        if name not in res:
-            t0 = time.time()
-            model = model_of(name, teacher, tok, a)
-            res[name] = dict(fit_s=time.time() - t0, **measure(model, tok, prompts, valid, items))
-        res[name]['passkey'] = passkey_found(res[name]['passkey_rows'])
-        out_path.write_text(json.dumps(dict(res, kept=KEPT), indent=1))
-        print(name, {k: v for k, v in res[name].items() if k != 'passkey_rows'}, flush=True)
+    for kept in ([sorted(int(x) for x in k.split(',')) for k in a.kept.split(';')] if a.kept else [KEPT]):
+        for name in a.models.split(','):
+            e = 'teacher' if name == 'teacher' else entry_name(name, kept)
+            if e not in res:
+                t0 = time.time()
+                model = model_of(name, kept, teacher, tok, a)
+                res[e] = dict(fit_s=time.time() - t0, **measure(model, tok, prompts, valid, items))
+            res[e]['passkey'] = passkey_found(res[e]['passkey_rows'])
+            out_path.write_text(json.dumps(dict(res, kept=KEPT), indent=1))
+            print(e, {k: v for k, v in res[e].items() if k != 'passkey_rows'}, flush=True)
 
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--teacher', default='smollm2-135m')
     p.add_argument('--models', default='teacher,phase1_512,phase1_2048,taylor+_512')
+    p.add_argument('--kept', default=None, help="kept sets, ';'-separated (default: the breakage map's 8 of 30); an entry of a set "
+                   "other than the default is named '<fit> keep=<layers>'")
     p.add_argument('--threads', type=int, default=1)
     p.add_argument('--checkpoints', default=None, help='keep each calibration\'s layers here, so that a killed run resumes')
     p.add_argument('--breakage-checkpoints', default=None, help="retrieval_breakage.py's --checkpoints (its fits, fitted again where missing)")

@@ -40,7 +40,7 @@ def compute_dtype(name: str, device=None):
 # equal to convert.EXPORT_LAYOUTS, convert.POLICIES, core.RECIPES, distill.SCHEDULES, teacher.SHIPPED_TEACHERS and
 # teacher.REGISTRY_TEACHERS. The mixers are read from the mixer table, which imports nothing.
 _LAYOUTS = ('qwen3_5', 'qwen3_5_moe', 'granitemoehybrid')
-_POLICIES = ('uniform', 'ar', 'ga-s2', 'retrieval')
+_POLICIES = ('uniform', 'ar', 'ga-s2', 'retrieval', 'needle')
 _INITS = ('naive', 'zero_gate', 'taylor_phase1', 'phase2', 'taylor', 'phase1', 'taylor+')
 _SCHEDULES = ('constant', 'constant_with_warmup', 'linear', 'cosine', 'inverse_sqrt')
 _SHIPPED = ('tiny-qwen2', 'tiny-qwen3')   # the first is the default
@@ -134,11 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=run_diagnose)
     c = sub.add_parser('convert', help='convert and calibrate any teacher: a named one, a .gguf file, a local directory or a hub name')
     c.add_argument('--teacher', required=True, help=_teachers('a local directory', 'a hub name of a causal LM'))
-    c.add_argument('--keep', default='ar:0.25', help='policy (uniform:F, ar:F, ga-s2:F, retrieval:F) or comma list of layer indices '
+    c.add_argument('--keep', default='ar:0.25', help='policy (uniform:F, ar:F, ga-s2:F, retrieval:F, needle:F) or comma list of layer indices '
                    "(default: %(default)s: the quarter of the layers whose attention the teacher misses most, scored on --selection-tokens; "
-                   'uniform:0.25 skips that scoring)')
-    c.add_argument('--selection-tokens', type=int, default=4096, help="VALID tokens of the shipped corpus on which the ar, ga-s2 and "
-                   'retrieval policies score the layers (AR: one teacher pass per layer; default: %(default)s)')
+                   'uniform:0.25 skips that scoring; needle:F keeps the layers a hybrid needs to find a needle far back)')
+    c.add_argument('--selection-tokens', type=int, default=4096, help="VALID tokens of the shipped corpus on which the ar, ga-s2, "
+                   'retrieval and needle policies score the layers (AR: one teacher pass per layer; needle: the filler of its prompts; default: %(default)s)')
     _add_mixer(c)
     c.add_argument('--init', default='taylor+', help=f'{", ".join(_INITS)} (default: %(default)s)')
     c.add_argument('--data', default='train', help=f'calibration data: {_DATA} (default: %(default)s)')
@@ -259,7 +259,7 @@ def load_data_spec(spec: str):
     raise ValueError(f'--data {spec!r} is neither a corpus split ({", ".join(SPLITS)}), existing text files, nor NAME:CONFIG:SPLIT')
 
 def parse_keep(keep: str):
-    "A --keep value: a policy string 'NAME:F' (uniform, ar, ga-s2 or retrieval; 0 < F <= 1), or a comma list of layer indices."
+    "A --keep value: a policy string 'NAME:F' (uniform, ar, ga-s2, retrieval or needle; 0 < F <= 1), or a comma list of layer indices."
     name, sep, frac = keep.partition(':')
     if name in _POLICIES and sep:
         try: ok = 0 < float(frac) <= 1
@@ -267,7 +267,7 @@ def parse_keep(keep: str):
         if not ok: raise ValueError(f'--keep {keep!r}: the fraction of layers kept as attention must be a number in (0, 1]')
         return keep
     try: return [int(k) for k in keep.split(',') if k.strip()]
-    except ValueError: raise ValueError(f'--keep {keep!r} is neither a policy (uniform:F, ar:F, ga-s2:F, retrieval:F) nor a comma list of layer indices')
+    except ValueError: raise ValueError(f'--keep {keep!r} is neither a policy (uniform:F, ar:F, ga-s2:F, retrieval:F, needle:F) nor a comma list of layer indices')
 
 def _close_name(name: str, known) -> str | None:
     "The name in `known` one typo away from `name`, or None: difflib's closest at a ratio of 0.75 or more, as teacher.check_teacher_name finds it."

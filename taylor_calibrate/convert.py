@@ -95,10 +95,10 @@ def gdn_options_for(attn: nn.Module, mixer: str = 'gdn', **overrides) -> dict:
     return {**{k: v for k, v in PAPER_GDN_OPTIONS.items() if k in accepted}, **shape, **overrides}
 
 # %% ../nbs/04_convert.ipynb #4bffff5f
-POLICIES = ('uniform', 'ar', 'ga-s2', 'retrieval')
+POLICIES = ('uniform', 'ar', 'ga-s2', 'retrieval', 'needle')
 
 def parse_policy(policy: str) -> tuple[str, float]:
-    "Split a policy string '<name>:<fraction>' (name uniform, ar, ga-s2 or retrieval; 0 < fraction <= 1)."
+    "Split a policy string '<name>:<fraction>' (name uniform, ar, ga-s2, retrieval or needle; 0 < fraction <= 1)."
     name, sep, frac = str(policy).partition(':')
     if name not in POLICIES or not sep:
         raise ValueError(f'unknown keep policy {policy!r}; accepted: a list of layer indices or ' + ', '.join(f"'{p}:<fraction>'" for p in POLICIES))

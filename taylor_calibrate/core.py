@@ -326,6 +326,7 @@ def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None,
                                heldout_tokens=seq_len)
         probe = lambda hybrid, tch: _calibrate_converted(hybrid, tch, _probe_windows(data, tokenizer, seq_len), probe_recipe,
                                                         seed, False)[0]
+        if keep.startswith('needle'): probe = _phase1_fit(data, tokenizer, seq_len, seed, progress)   # the needle map's fit of every layer
         kept, scores = select_layers(source, keep, tokenizer=tokenizer, data=selection_data, init=probe, seq_len=seq_len,
                                      progress=progress, measured=measured, on_score=on_score, mixer=mixer, **(gdn_options or {}))
         selection = dict(policy=keep, scores={int(k): float(v) for k, v in scores.items()})
@@ -376,6 +377,13 @@ def _versions() -> dict:
 def _probe_windows(data, tokenizer, seq_len):
     w = token_windows(data, tokenizer, seq_len, max_tokens=4 * seq_len)
     return w[:2], w[2:4]
+
+def _phase1_fit(data, tokenizer, seq_len, seed, progress=False):
+    "fit(hybrid, teacher): Phase 1 by least squares (init 'phase1') on the calibration data, the fit the needle policy converts each layer with."
+    p1 = get_recipe('phase1')
+    n_cal, n_held = _windows_needed(p1.calib_tokens, seq_len), _windows_needed(p1.heldout_tokens, seq_len)
+    w = token_windows(data, tokenizer, seq_len, max_tokens=(n_cal + n_held) * seq_len)
+    return lambda hybrid, tch: _calibrate_converted(hybrid, tch, (w[:n_cal], w[n_cal:n_cal + n_held]), p1, seed, progress)[0]
 
 def _on_device(teacher, device):
     "`teacher` if it is on `device`, else a copy there (made tensor by tensor): calibration never moves the caller's model."

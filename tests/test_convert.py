@@ -239,3 +239,37 @@ def test_static_cache_and_4d_masks_are_refused_clearly():
         hybrid.generate(ids, max_new_tokens=2, do_sample=False, cache_implementation='static')
     with pytest.raises(ValueError, match='got a 4-D tensor'):
         hybrid(ids, attention_mask=torch.ones(1, 1, 5, 5, dtype=torch.bool))
+
+def short_needles(monkeypatch):
+    "Two needle prompts of 128 tokens in place of the policy's eight of 1,536: the path, not the map."
+    real = policies.needle_prompts
+    monkeypatch.setattr(policies, 'needle_prompts', lambda tok, ids: real(tok, ids, n=2, length=128))
+
+def test_the_needle_policy_fits_twice_scores_every_layer_and_resumes(shipped, monkeypatch):
+    teacher, tok = shipped
+    short_needles(monkeypatch)
+    fits = []
+    def fit(h, t): fits.append(converted_layers(h)); return h
+    kept, scores = select_layers(teacher, 'needle:0.25', tokenizer=tok, progress=False, init=fit)
+    assert [len(c) for c in fits] == [7, 1] and fits[1] == [0]              # every layer but 0, then layer 0
+    assert sorted(scores) == list(range(8)) and len(kept) == 2 and kept[0] == 0     # the first tenth (1 of 8), then the costliest
+    assert all(scores[kept[1]] >= scores[j] for j in range(1, 8))
+    saved, fits = [], []
+    again = select_layers(teacher, 'needle:0.25', tokenizer=tok, progress=False, init=fit, measured={i: scores[i] for i in range(6)},
+                          on_score=lambda i, v: saved.append((i, v)))
+    assert [i for i, _ in saved] == [6, 7] and again == (kept, scores)
+    fits = []
+    assert select_layers(teacher, 'needle:0.5', tokenizer=tok, progress=False, init=fit, measured=scores)[1] == scores and not fits
+    with pytest.raises(ValueError, match='tokenizer='): select_layers(teacher, 'needle:0.25', init=fit)
+
+def test_calibrate_fits_the_needle_map_by_phase1(shipped, monkeypatch):
+    import taylor_calibrate.core as core
+    teacher, tok = shipped
+    used = []
+    def phase1_fit(data, tokenizer, seq_len, seed, progress):
+        used.append((data, seq_len)); return lambda h, t: h
+    monkeypatch.setattr(core, '_phase1_fit', phase1_fit); short_needles(monkeypatch)
+    h = core.calibrate(teacher, 'train', keep='needle:0.25', init='naive', tokenizer=tok, seq_len=256, progress=False)
+    rep = h.calibration_report
+    assert used == [('train', 256)] and rep.selection['policy'] == 'needle:0.25' and 0 in rep.keep and len(rep.keep) == 2
+    assert sorted(rep.selection['scores']) == list(range(8))
