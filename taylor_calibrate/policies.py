@@ -125,6 +125,7 @@ def needle_key(r: random.Random) -> str:
     return ''.join(r.choice('ABCDEFGHJKLMNPQRSTUVWXYZ23456789') for _ in range(r.choice((4, 5, 6))))
 
 def made_up_sentences(r: random.Random, n: int) -> str:
+    "`n` short sentences of a few common words: filler that is no text of the corpus."
     return ' '.join(f'The {r.choice(_ADJS)} {r.choice(_NOUNS)} {r.choice(_VERBS)} the {r.choice(_NOUNS)}.' for _ in range(n))
 
 def needle_prompts(tokenizer, ids: torch.Tensor, n: int = 8, length: int = 1536, seed: int = 0) -> list:
