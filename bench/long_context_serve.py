@@ -27,6 +27,12 @@ use, and the package installed into it as bench/vllm_plugin_check.py does):
 Needs the two saved hybrids (`scripts/experiments.py --teacher smollm2-135m --eval-tokens 8192 --save-students
 runs/students_smollm2-135m`, parts grid and retention) or `--hybrid-25 DIR --hybrid-75 DIR`. Two CPU cores, one
 used by the servers: about 25 minutes.
+
+`--hybrids NAME=DIR,...` probes other hybrids beside the teacher (part 1 and the cache sizes of part 3, no throughput),
+e.g. the `needle` policy's hybrids of `taylor-calibrate convert`:
+
+    .venv/bin/python bench/long_context_serve.py --hybrids needle_25=DIR25/model,needle_50=DIR50/model \
+        --out bench/results/long_context_serve_needle_smollm2-135m.json
 """
 import argparse, contextlib, json, re, statistics, sys, tempfile, time
 from pathlib import Path
@@ -100,6 +106,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--hybrid-25', type=Path, default=None, help='the 25%%-kept hybrid (default: the saved uniform:0.25 taylor seed-0 student)')
     p.add_argument('--hybrid-75', type=Path, default=None, help='the 75%%-kept hybrid (default: the saved uniform:0.75 taylor seed-0 student)')
+    p.add_argument('--hybrids', default=None, help='NAME=DIR,... : probe these hybrids beside the teacher instead, and measure no throughput '
+                   '(e.g. the needle:0.25 and needle:0.5 hybrids of taylor-calibrate convert, their model/ folders)')
     p.add_argument('--contexts', default='1024,2048,4096', help='passkey context lengths (tokens)')
     p.add_argument('--lengths', default='2048,8000', help='throughput prompt lengths (tokens; at most 8192 - 129)')
     p.add_argument('--repeats', type=int, default=5)
@@ -110,8 +118,9 @@ def main(argv=None) -> int:
     from taylor_calibrate.teacher import load_teacher, registry_teacher_dir, corpus_token_ids
     from taylor_calibrate.probes import passkey_items, first_word, wilson_interval
     t_start = time.time()
-    folders = dict(teacher=registry_teacher_dir(TEACHER, progress=False),
-                   hybrid_25=a.hybrid_25 or student_dir('uniform:0.25'), hybrid_75=a.hybrid_75 or student_dir('uniform:0.75'))
+    folders = dict(teacher=registry_teacher_dir(TEACHER, progress=False))
+    if a.hybrids: folders.update(dict(kv.split('=', 1) for kv in a.hybrids.split(',')))
+    else: folders.update(hybrid_25=a.hybrid_25 or student_dir('uniform:0.25'), hybrid_75=a.hybrid_75 or student_dir('uniform:0.75'))
     missing = [f'{n}: {f}' for n, f in folders.items() if not (Path(f)/'config.json').exists()]
     if missing: raise SystemExit('missing model folders (run scripts/experiments.py --save-students first, or pass them): ' + '; '.join(missing))
     contexts, lengths = [int(c) for c in a.contexts.split(',')], [int(n) for n in a.lengths.split(',')]
@@ -144,6 +153,13 @@ def main(argv=None) -> int:
         print(f"{name}: package {k_pkg}/{n}, served {k_srv}/{n}, same first word {probes[name]['same_first_word']}/{n}", flush=True)
 
     # 2. throughput: the teacher and the 25% hybrid served at once, requests alternating
+    if a.hybrids:
+        out = dict(teacher=TEACHER, models={n: str(f) for n, f in folders.items()}, contexts=contexts, new_tokens=NEW_TOKENS, probes=probes,
+                   memory=memory(folders, [2048, 8192], CACHE_GIB), versions=_versions(py), plugin=plugin, seconds=time.time() - t_start)
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(out, indent=1, default=float))
+        print('wrote', a.out)
+        return 0
     valid = corpus_token_ids(tok, 'valid', max_tokens=max(lengths)).tolist()
     pair = dict(teacher=folders['teacher'], hybrid_25=folders['hybrid_25'])
     times = {m: {n: dict(prefill=[], decode=[]) for n in lengths} for m in pair}

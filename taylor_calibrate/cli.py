@@ -180,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
                    '(default: %(default)s)')
     t.add_argument('--ce-weight', type=float, default=0.0, help='weight of a next-token cross-entropy term added to the KL loss; '
                    '0: KL alone (default: %(default)s)')
+    t.add_argument('--needles', type=float, default=0.0, help="share of the training windows made retrieval-bearing: three keys "
+                   "hidden in a window's text, then their questions and answers; with --seq-len 2048 it teaches a hybrid to "
+                   'retrieve far back (10_probes; default: %(default)s)')
     t.add_argument('--checkpoint-dir', default=None, help='checkpoints here; an existing one is resumed')
     _add_out(t, 'the distilled hybrid and its log', required=True)
     _add_seed(t, 'the order of the training windows')
@@ -492,6 +495,8 @@ def run_distill(args) -> int:
                          'with a checkpoint_dir and merge the checkpoint with `accelerate merge-weights` (06_distill)')
     check_output_dir(args.out, args.overwrite)
     if args.eval_data == args.data: raise ValueError(f'--eval-data {args.eval_data!r} is the training data: name held-out text')
+    if not 0 <= args.needles <= 1: raise ValueError(f'--needles is a share of the training windows, from 0 to 1; got {args.needles}')
+    if args.needles and args.seq_len < 256: raise ValueError(f'--needles needs windows of 256 tokens or more to hide three keys in; --seq-len is {args.seq_len}')
     _check_teacher_name(args.teacher)
     _libraries()
     print(_use_threads(args, args.teacher), flush=True)
@@ -499,11 +504,12 @@ def run_distill(args) -> int:
     from taylor_calibrate.teacher import load_teacher
     from taylor_calibrate.convert import load_hybrid, save_hybrid
     from taylor_calibrate.core import token_windows
-    from taylor_calibrate.distill import distill
+    from taylor_calibrate.distill import distill, with_needles
     train_spec, eval_spec = load_data_spec(args.data), load_data_spec(args.eval_data)
     student = load_hybrid(_hybrid_dir(args.student), dtype=compute_dtype(args.dtype))
     teacher, tok = load_teacher(args.teacher, dtype=compute_dtype(args.dtype))
     data = token_windows(train_spec, tok, args.seq_len, max_tokens=args.tokens)
+    if args.needles: data = with_needles(data, tok, args.needles, seed=args.seed)
     held = token_windows(eval_spec, tok, args.seq_len, max_tokens=args.eval_tokens)
     log = distill(student, teacher, data, tokens=args.tokens, seq_len=args.seq_len, batch_size=args.batch_size, grad_accum=args.grad_accum,
                   lr_mixer=args.lr_mixer, lr_rest=args.lr_rest, schedule=args.schedule, warmup_tokens=args.warmup_tokens,

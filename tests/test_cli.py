@@ -29,6 +29,10 @@ def test_distill_bad_accumulation_schedule_and_fsdp():
                        (['--schedule', 'sawtooth'], "argument --schedule: invalid choice: 'sawtooth'")):
         r = run(*base, *extra)
         assert r.returncode == 2 and 'Traceback' not in r.stderr and msg in r.stderr, r.stderr
+    for extra, msg in ((['--needles', '2'], '--needles is a share of the training windows, from 0 to 1; got 2.0'),
+                       (['--needles', '0.5', '--seq-len', '128'], '--needles needs windows of 256 tokens or more')):
+        r = run(*base, *extra)                          # before any model is loaded: the student folder does not exist
+        assert r.returncode == 1 and r.stderr.count('\n') == 1 and msg in r.stderr, r.stderr
     import os
     r = subprocess.run([EXE, *base], capture_output=True, text=True, env=dict(os.environ, ACCELERATE_USE_FSDP='true'))
     assert r.returncode == 1 and r.stderr.count('\n') == 1 and 'FSDP-sharded student' in r.stderr, r.stderr

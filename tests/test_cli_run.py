@@ -36,6 +36,17 @@ def test_demo_quick(tmp_path):
     cfg = log['config']
     assert (cfg['grad_accum'], cfg['tokens_per_step'], cfg['schedule'], cfg['warmup_steps']) == (2, 256, 'cosine', 1)
     assert log['lr'][0] == 0.0 and log['lr'][1] == 1e-4 and log['lr'][1] > log['lr'][2] > log['lr'][3] > 0   # warm-up, then cosine decay
+    r = run('distill', '--student', out, '--tokens', '512', '--seq-len', '256', '--batch-size', '1', '--eval-tokens', '512',
+            '--needles', '0.5', '--dtype', 'float32', '--out', tmp_path/'needles')
+    assert r.returncode == 0, r.stderr
+    from taylor_calibrate.core import token_windows
+    from taylor_calibrate.distill import with_needles
+    from taylor_calibrate.resume import windows_fingerprint
+    from taylor_calibrate.teacher import load_teacher
+    _, tok = load_teacher()
+    plain = token_windows('train', tok, 256, max_tokens=512)
+    trained_on = json.loads((tmp_path/'needles'/'distill_log.json').read_text())['config']['data']
+    assert trained_on == windows_fingerprint(with_needles(plain, tok, 0.5)) != windows_fingerprint(plain)   # every second window carries needles
     r = run('report', out/'model')                       # a hybrid's own folder: its calibration report
     assert r.returncode == 0 and r.stdout.startswith('teacher: tiny-qwen2 (shipped with the package; qwen2, 8 layers, float32)\n'
                                                      'taylor+: 1,024 calibration tokens,'), r.stdout + r.stderr
