@@ -40,10 +40,13 @@ def student_labels(students, ledger):
     return out
 
 def hybrid_labels(folders: str) -> dict:
-    "Folder -> label ('taylor+ | needle:0.5 | seed 0') for hybrids saved by `convert` or `save_hybrid`, from the calibration report beside the weights."
+    """Folder -> label ('taylor+ | needle:0.5 | seed 0') for hybrids saved by `convert` or `save_hybrid`, from the calibration
+    report beside the weights; an entry 'LABEL=DIR' names its own label (a distilled hybrid, say)."""
     from taylor_calibrate.hybrid import read_calibration_report
     out = {}
-    for d in map(Path, folders.split(',')):
+    for entry in folders.split(','):
+        if '=' in entry: label, d = entry.rsplit('=', 1); out[Path(d)] = label; continue
+        d = Path(entry)
         rep = read_calibration_report(d)
         if rep is None: raise FileNotFoundError(f'{d} holds no calibration report: not a hybrid saved by convert or save_hybrid')
         policy = rep.selection['policy'] if rep.selection else ','.join(map(str, rep.keep))
@@ -94,7 +97,8 @@ if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--teacher', default='smollm2-135m', help='a teacher name load_teacher takes')
     p.add_argument('--students', default=None, help='a folder of saved hybrids from experiments.py --save-students')
-    p.add_argument('--hybrids', default=None, help='comma list of hybrid folders written by taylor-calibrate convert, labelled from their reports')
+    p.add_argument('--hybrids', default=None, help='comma list of hybrid folders written by taylor-calibrate convert, labelled from their reports; '
+                   "an entry LABEL=DIR names its own label")
     p.add_argument('--ledger', default=None, help="the experiments ledger that names the students' runs")
     p.add_argument('--only', default='', help="a regular expression the students' labels ('taylor | uniform:0.25 | seed 0') must match")
     p.add_argument('--contexts', default='1024,2048,4096,8192', help='prompt lengths in tokens (passkey, multi-key)')

@@ -4,7 +4,8 @@ in the text at random depths, then the three questions and their answers), the p
 `taylor_calibrate.probes` at 1K, 2K and 4K tokens and VALID perplexity measured after each stage (the windows:
 `taylor_calibrate.distill.with_needles`, what `taylor-calibrate distill --needles 0.5` trains on).
 
-    python scripts/retrieval_recovery.py --hybrid DIR/model --checkpoints CKPT   # -> bench/results/retrieval_recovery_smollm2-135m.json
+    python scripts/retrieval_recovery.py --hybrid DIR/model --checkpoints CKPT --save OUT   # -> bench/results/retrieval_recovery_smollm2-135m.json
+    python scripts/retrieval_recovery.py --hybrid DIR/model --checkpoints CKPT --plain --stages 2   # the control
 
 The retrieval-bearing windows use needles, questions and keys of their own (`RECOVERY_NEEDLES`: none of the probes'
 pass key, none of the `needle` policy's prompts) over TRAIN filler; the probes bring their own filler. `--plain` trains on
@@ -39,7 +40,7 @@ def main(a):
     from taylor_calibrate.probes import probe_items
     from taylor_calibrate.distill import distill, RECOVERY_NEEDLES
     torch.set_num_threads(a.threads); torch.set_flush_denormal(True)
-    name = 'plain' if a.plain else 'retrieval-bearing'
+    name = ('plain' if a.plain else 'retrieval-bearing') + ('' if a.seq_len == 2048 else f' {a.seq_len}')
     out = Path(a.out) if a.out else ROOT/'bench'/'results'/f'retrieval_recovery_{a.teacher}.json'
     res = json.loads(out.read_text()) if out.exists() else {}
     runs = res.setdefault(name, [])
@@ -48,9 +49,10 @@ def main(a):
     windows = training_windows(tok, per_stage * a.stages, a.seq_len, a.plain)
     valid = corpus_token_ids(tok, 'valid', 8192)
     items = probe_items(tok, kinds=('passkey',), context_lens=CONTEXTS)
-    ck = Path(a.checkpoints)/name.replace('-', '_')
+    ck = Path(a.checkpoints)/name.replace('-', '_').replace(' ', '_')
     student = load_hybrid(a.hybrid).eval()
-    res.update(hybrid=str(a.hybrid), seq_len=a.seq_len, stage_tokens=a.stage_tokens, needles=[n for n, _ in RECOVERY_NEEDLES])
+    res.update(hybrid=str(a.hybrid), needles=[n for n, _ in RECOVERY_NEEDLES])
+    res.setdefault('settings', {})[name] = dict(seq_len=a.seq_len, stage_tokens=a.stage_tokens, grad_accum=a.grad_accum)
     if not runs:
         t0 = time.time()
         runs.append(dict(tokens=0, valid_ppl=perplexity(student, valid, progress=False), **passkeys(student, tok, items), measure_s=time.time() - t0))
@@ -71,6 +73,11 @@ def main(a):
                          **passkeys(student, tok, items), measure_s=time.time() - t0))
         out.write_text(json.dumps(res, indent=1))
         print(name, {k: v for k, v in runs[-1].items() if k != 'passkey_rows'}, flush=True)
+    if a.save and len(runs) > a.stages:
+        from taylor_calibrate.hybrid import save_hybrid
+        student.load_state_dict(torch.load(ck/f'stage{a.stages}.pt', weights_only=True))
+        save_hybrid(student, a.save, tok, overwrite=True)
+        print('saved', a.save)
     if len(runs) > a.stages: print('done:', [(r['tokens'], r['passkey'], round(r['valid_ppl'], 2)) for r in runs])
 
 if __name__ == '__main__':
@@ -85,5 +92,6 @@ if __name__ == '__main__':
     p.add_argument('--grad-accum', type=int, default=2, help='windows per optimizer step (one per forward pass)')
     p.add_argument('--threads', type=int, default=1)
     p.add_argument('--progress', action='store_true')
+    p.add_argument('--save', default=None, help="save the last stage's student here (save_hybrid), for scripts/long_context.py --hybrids")
     p.add_argument('--out', default=None)
     main(p.parse_args())
