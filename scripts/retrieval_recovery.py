@@ -63,6 +63,7 @@ def main(a):
             continue
         prev = ck/f'stage{s - 1}.pt'
         if s > 1: student.load_state_dict(torch.load(prev, weights_only=True))
+        if a.checkpointing: student.gradient_checkpointing_enable()    # activations recomputed in backward: 4,096-token windows in 24 GB
         t0 = time.time()
         distill(student, teacher, windows[(s - 1) * per_stage:s * per_stage], tokens=a.stage_tokens, seq_len=a.seq_len, batch_size=1,
                 grad_accum=a.grad_accum, checkpoint_dir=ck/f'distill{s}', seed=s, progress=a.progress)
@@ -92,6 +93,7 @@ if __name__ == '__main__':
     p.add_argument('--grad-accum', type=int, default=2, help='windows per optimizer step (one per forward pass)')
     p.add_argument('--threads', type=int, default=1)
     p.add_argument('--progress', action='store_true')
+    p.add_argument('--checkpointing', action='store_true', help='gradient checkpointing (less memory, more time)')
     p.add_argument('--save', default=None, help="save the last stage's student here (save_hybrid), for scripts/long_context.py --hybrids")
     p.add_argument('--out', default=None)
     main(p.parse_args())
