@@ -181,8 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument('--ce-weight', type=float, default=0.0, help='weight of a next-token cross-entropy term added to the KL loss; '
                    '0: KL alone (default: %(default)s)')
     t.add_argument('--needles', type=float, default=0.0, help="share of the training windows made retrieval-bearing: three keys "
-                   "hidden in a window's text, then their questions and answers; with --seq-len 2048 it teaches a hybrid to "
-                   'retrieve far back (10_probes; default: %(default)s)')
+                   "hidden in a window's text, then their questions and answers (10_probes measures what it buys against plain "
+                   'windows; default: %(default)s)')
     t.add_argument('--checkpoint-dir', default=None, help='checkpoints here; an existing one is resumed')
     _add_out(t, 'the distilled hybrid and its log', required=True)
     _add_seed(t, 'the order of the training windows')
