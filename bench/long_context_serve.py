@@ -102,6 +102,32 @@ def memory(folders: dict, lengths, cache_gib: float) -> dict:
     return dict(cache_gib=cache_gib, models=out)
 
 
+def side_by_side_throughput(py, folders: dict, tok, lengths, repeats: int, core: int, work: Path, max_len: int):
+    """The teacher and the 25% hybrid served at once, requests alternating: median prefill and decode rates per prompt
+    length, hybrid / teacher ratios, and the KV capacity each server reports."""
+    from taylor_calibrate.teacher import corpus_token_ids
+    valid = corpus_token_ids(tok, 'valid', max_tokens=max(lengths)).tolist()
+    pair = dict(teacher=folders['teacher'], hybrid_25=folders['hybrid_25'])
+    times = {m: {n: dict(prefill=[], decode=[]) for n in lengths} for m in pair}
+    wait_for_other_servers()
+    with contextlib.ExitStack() as stack:
+        bases = {m: stack.enter_context(plugin_server(py, Path(d), work/f'vllm_throughput_{m}.log', core, exclusive=False,
+                                                      max_len=max_len)) for m, d in pair.items()}
+        capacity = {m: kv_capacity(work/f'vllm_throughput_{m}.log') for m in pair}
+        for m in bases: _timed_stream(bases[m], valid[:64], 4)          # warm-up
+        for r in range(repeats):
+            for n in lengths:
+                for m in (list(bases) if r % 2 == 0 else list(bases)[::-1]):
+                    t_prefill, t_decode = _timed_stream(bases[m], valid[:n], 1 + STREAM_NEW)
+                    times[m][n]['prefill'].append(n / t_prefill); times[m][n]['decode'].append(STREAM_NEW / t_decode)
+            print(f'throughput repeat {r + 1}/{repeats} done', flush=True)
+    med = lambda xs: statistics.median(xs)
+    throughput = {str(n): dict(models={m: dict(prefill_tokens_per_s=med(times[m][n]['prefill']), decode_tokens_per_s=med(times[m][n]['decode']),
+                                               prefill_runs=times[m][n]['prefill'], decode_runs=times[m][n]['decode']) for m in pair},
+                               hybrid_over_teacher={k: med(times['hybrid_25'][n][k]) / med(times['teacher'][n][k]) for k in ('prefill', 'decode')})
+                  for n in lengths}
+    return throughput, capacity
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--hybrid-25', type=Path, default=None, help='the 25%%-kept hybrid (default: the saved uniform:0.25 taylor seed-0 student)')
@@ -115,7 +141,7 @@ def main(argv=None) -> int:
     p.add_argument('--threads', type=int, default=1, help="threads of the package's own forward passes")
     p.add_argument('--out', type=Path, default=ROOT/'bench'/'results'/f'long_context_serve_{TEACHER}.json')
     a = p.parse_args(argv)
-    from taylor_calibrate.teacher import load_teacher, registry_teacher_dir, corpus_token_ids
+    from taylor_calibrate.teacher import load_teacher, registry_teacher_dir
     from taylor_calibrate.probes import passkey_items, first_word, wilson_interval
     t_start = time.time()
     folders = dict(teacher=registry_teacher_dir(TEACHER, progress=False))
@@ -152,39 +178,13 @@ def main(argv=None) -> int:
                             same_continuation=sum(r['package'] == r['served'] for r in rows), package_s=t_pkg, served_s=t_srv)
         print(f"{name}: package {k_pkg}/{n}, served {k_srv}/{n}, same first word {probes[name]['same_first_word']}/{n}", flush=True)
 
-    # 2. throughput: the teacher and the 25% hybrid served at once, requests alternating
-    if a.hybrids:
-        out = dict(teacher=TEACHER, models={n: str(f) for n, f in folders.items()}, contexts=contexts, new_tokens=NEW_TOKENS, probes=probes,
-                   memory=memory(folders, [2048, 8192], CACHE_GIB), versions=_versions(py), plugin=plugin, seconds=time.time() - t_start)
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(out, indent=1, default=float))
-        print('wrote', a.out)
-        return 0
-    valid = corpus_token_ids(tok, 'valid', max_tokens=max(lengths)).tolist()
-    pair = dict(teacher=folders['teacher'], hybrid_25=folders['hybrid_25'])
-    times = {m: {n: dict(prefill=[], decode=[]) for n in lengths} for m in pair}
-    wait_for_other_servers()
-    with contextlib.ExitStack() as stack:
-        bases = {m: stack.enter_context(plugin_server(py, Path(d), work/f'vllm_throughput_{m}.log', a.core, exclusive=False,
-                                                      max_len=max_len)) for m, d in pair.items()}
-        capacity = {m: kv_capacity(work/f'vllm_throughput_{m}.log') for m in pair}
-        for m in bases: _timed_stream(bases[m], valid[:64], 4)          # warm-up
-        for r in range(a.repeats):
-            for n in lengths:
-                for m in (list(bases) if r % 2 == 0 else list(bases)[::-1]):
-                    t_prefill, t_decode = _timed_stream(bases[m], valid[:n], 1 + STREAM_NEW)
-                    times[m][n]['prefill'].append(n / t_prefill); times[m][n]['decode'].append(STREAM_NEW / t_decode)
-            print(f'throughput repeat {r + 1}/{a.repeats} done', flush=True)
-    med = lambda xs: statistics.median(xs)
-    throughput = {str(n): dict(models={m: dict(prefill_tokens_per_s=med(times[m][n]['prefill']), decode_tokens_per_s=med(times[m][n]['decode']),
-                                               prefill_runs=times[m][n]['prefill'], decode_runs=times[m][n]['decode']) for m in pair},
-                               hybrid_over_teacher={k: med(times['hybrid_25'][n][k]) / med(times['teacher'][n][k]) for k in ('prefill', 'decode')})
-                  for n in lengths}
-
-    out = dict(teacher=TEACHER, models={n: str(f) for n, f in folders.items()}, contexts=contexts, new_tokens=NEW_TOKENS, probes=probes,
-               throughput=dict(lengths=lengths, new_tokens=STREAM_NEW, repeats=a.repeats, max_model_len=max_len, by_length=throughput),
-               memory=dict(**memory(folders, [2048, 8192], CACHE_GIB), vllm_kv_cache_tokens=capacity),
-               versions=_versions(py), plugin=plugin, seconds=time.time() - t_start)
+    out = dict(teacher=TEACHER, models={n: str(f) for n, f in folders.items()}, contexts=contexts, new_tokens=NEW_TOKENS, probes=probes)
+    if a.hybrids: out.update(memory=memory(folders, [2048, 8192], CACHE_GIB))     # other hybrids: probes and cache sizes only
+    else:                                                                          # 2. throughput
+        throughput, capacity = side_by_side_throughput(py, folders, tok, lengths, a.repeats, a.core, work, max_len)
+        out.update(throughput=dict(lengths=lengths, new_tokens=STREAM_NEW, repeats=a.repeats, max_model_len=max_len, by_length=throughput),
+                   memory=dict(**memory(folders, [2048, 8192], CACHE_GIB), vllm_kv_cache_tokens=capacity))
+    out.update(versions=_versions(py), plugin=plugin, seconds=time.time() - t_start)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(out, indent=1, default=float))
     print('wrote', a.out)

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTEXTS = (1024, 2048, 4096)
+sys.path.insert(0, str(ROOT/'scripts'))
+from retrieval_fits import CONTEXTS, passkey_found
 
 def training_windows(tok, n: int, seq_len: int, plain: bool, seed: int = 0) -> torch.Tensor:
     "`n` TRAIN windows, every second one retrieval-bearing (`taylor_calibrate.distill.with_needles`; none with `plain`)."
@@ -28,11 +29,11 @@ def training_windows(tok, n: int, seq_len: int, plain: bool, seed: int = 0) -> t
     return with_needles(corpus_token_ids(tok, 'train', n * seq_len).view(n, seq_len), tok, share=0 if plain else 0.5, seed=seed)
 
 def passkeys(model, tok, items) -> dict:
+    "Passkeys found per context length, and each prompt's answer, as `retrieval_fits.py` records them."
     from taylor_calibrate.probes import run_probes
     rows = run_probes(model, tok, items, progress=False)
-    found = {L: sum(r['correct'] for r in rows if round(r['context_len'] / 512) * 512 == L) for L in CONTEXTS}
-    return dict(passkey=found, passkey_rows=[dict(context_len=r['context_len'], depth=r['depth'], answer=r['answer'],
-                                                  continuation=r['continuation'], correct=r['correct']) for r in rows])
+    return dict(passkey=passkey_found(rows), passkey_rows=[dict(context_len=r['context_len'], depth=r['depth'], answer=r['answer'],
+                                                                continuation=r['continuation'], correct=r['correct']) for r in rows])
 
 def main(a):
     from taylor_calibrate.teacher import load_teacher, corpus_token_ids, perplexity
