@@ -90,7 +90,7 @@ RECOVERY_NEEDLES = (('The delivery number for the parcel is {v}.', 'What was the
 def needle_window(tokenizer, text: list, r: random.Random, keys: int = 3) -> list:
     """`len(text)` token ids: `keys` needles of `RECOVERY_NEEDLES` at random depths of `text` (its first tokens, as many
     as fit), then each needle's question and answer, in random order."""
-    from taylor_calibrate.policies import needle_key
+    from taylor_calibrate.probes import needle_key
     picks = r.sample(RECOVERY_NEEDLES, keys)
     values = [needle_key(r) for _ in picks]
     needles = [tokenizer(' ' + n.format(v=v), add_special_tokens=False)['input_ids'] for (n, _), v in zip(picks, values)]
