@@ -15,8 +15,9 @@ twice) and split the CPU between them. At the end the ledger is summarised into 
 which the results notebook reads. Recovery budget: `--recovery-tokens` per init (the same for every init);
 validation perplexity on VALID. `--parts uniform` is the grid's uniform row alone (every seed), the part run for
 each mixer (`--mixer`). `--parts ablation` (not run by default) turns each of taylor+'s switches off in turn,
-at 25% kept, uniform policy, seed 0; `--parts budget` (not run by default) runs taylor+ with a larger cap on Phase 2's
-steps (its early stopping on held-out calibration tokens decides where it stops), and with larger learning rates, at seed 0
+at 25% kept, uniform and retrieval policies (the latter converts layers 0 to 2 of SmolLM2), seed 0; `--parts budget` (not run by default) runs taylor+ with a larger cap on Phase 2's
+steps (its early stopping on held-out calibration tokens decides where it stops), and with larger learning rates, at seed 0,
+the first larger cap on the retrieval policy's layers too
 (like the ablation, at later seeds too when --seeds asks, after everything else); `--parts mechanism` (not run by default)
 measures what Phase 1 does for Phase 2: Phase 2 from the copy and from Phase 1, under the paper's and taylor+'s budgets,
 capped at 30 and 100 steps as well as 300, and the paper's inits on the teacher rescaled to value/output gauges 10 and 100
@@ -40,6 +41,7 @@ RETENTION_INITS = ('naive', 'taylor', 'taylor+')
 POLICY_RETENTION = ('ar', 'retrieval', 'ga-s2')    # part 'policy-retention': these policies at 50% kept too, their layers ranked by the 25% runs' scores
 ABLATED = ('phase1', 'fit', 'minibatch')       # taylor+'s switches, each turned off in turn (part 'ablation')
 ADDED = ('gauge_fix',)                          # switches taylor+ lacks, each turned on in turn (part 'ablation')
+ABLATION_POLICIES = ('uniform:0.25', 'retrieval:0.25')   # part 'ablation' on uniform's layers and on the retrieval policy's (layers 0 to 2 converted)
 LATER_FIELDS = {'constant_gate': False, 'fit': False}   # recipe fields younger than the ledgers: left out of a fingerprint at their default
 # Two names changed meaning when Phase 1 by least squares arrived: 'phase1' was the paper's Phase 1 alone (now 'taylor_phase1'),
 # and 'taylor+' started from the paper's mappings. Rows written before fingerprints carry these recipes' fingerprints, and
@@ -58,6 +60,7 @@ TARGETS = (1.05, 1.1, 1.25, 1.5, 2.0)          # recovery targets, x teacher val
 def zero_shot_job(keep, init, seed, kv_copy='heads'): return dict(kind='zero_shot', keep=keep, init=init, seed=seed, kv_copy=kv_copy)
 def recovery_job(init): return dict(kind='recovery', init=init, keep='uniform:0.25', seed=0)
 BUDGET_INITS = (*(f'taylor+ with steps={n}' for n in STEP_CAPS), *(f'taylor+ with rates x{f}' for f in RATE_FACTORS))
+BUDGET_RETRIEVAL = (f'taylor+ with steps={STEP_CAPS[0]}',)    # ... and on the retrieval policy's layers
 def job_key(job): return '|'.join(f'{k}={job[k]}' for k in sorted(job))
 
 def jobs(parts, seeds, mini=False):
@@ -76,10 +79,11 @@ def jobs(parts, seeds, mini=False):
     todo = row('uniform:0.25', 0) + row('ar:0.25', 0) + gqa(0) + retention(0) + row('retrieval:0.25', 0)
     todo += [j for s in later for j in row('uniform:0.25', s)]
     todo += [recovery_job(i) for i in RECOVERY_INITS] if 'recovery' in parts else []
-    ablation = lambda s: ([zero_shot_job('uniform:0.25', f'taylor+ without {a}', s) for a in ABLATED]
-                          + [zero_shot_job('uniform:0.25', f'taylor+ with {a}', s) for a in ADDED] if 'ablation' in parts else [])
+    ablation = lambda s: ([zero_shot_job(keep, f'taylor+ without {a}', s) for keep in ABLATION_POLICIES for a in ABLATED]
+                          + [zero_shot_job(keep, f'taylor+ with {a}', s) for keep in ABLATION_POLICIES for a in ADDED] if 'ablation' in parts else [])
     todo += ablation(0)
-    budget_runs = lambda s: [zero_shot_job('uniform:0.25', i, s) for i in BUDGET_INITS] if 'budget' in parts else []
+    budget_runs = lambda s: ([zero_shot_job('uniform:0.25', i, s) for i in BUDGET_INITS]
+                             + [zero_shot_job('retrieval:0.25', i, s) for i in BUDGET_RETRIEVAL] if 'budget' in parts else [])
     todo += budget_runs(0)
     mechanism = ([zero_shot_job('uniform:0.25', 'taylor+ without phase1', 0)]
                  + [zero_shot_job('uniform:0.25', f'{i} at gauge x{GAUGES[0]}', 0) for i in GAUGE_INITS]
@@ -410,6 +414,8 @@ def summarise(ledger, setup, teacher_test_ppl, teacher_valid_ppl, teacher_second
                ablation=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *(f'taylor+ without {s}' for s in ABLATED),
                                                                        *(f'taylor+ with {s}' for s in ADDED))}),
                budget=drop_empty({i: cell('uniform:0.25', i) for i in ('taylor+', *BUDGET_INITS)}),
+               retrieval_variants=drop_empty({i: cell('retrieval:0.25', i) for i in ('taylor+', *BUDGET_RETRIEVAL, *(f'taylor+ without {s}' for s in ABLATED),
+                                                                                   *(f'taylor+ with {s}' for s in ADDED))}),
                mechanism=drop_empty({i: cell('uniform:0.25', i) for i in (
                    *(f'{i} with steps={n}' for n in MECHANISM_STEPS for i in MECHANISM_INITS), *MECHANISM_INITS,
                    *GAUGE_INITS, *(f'{i} at gauge x{k}' for k in GAUGES for i in GAUGE_INITS))}))
