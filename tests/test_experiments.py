@@ -59,10 +59,12 @@ def test_the_ablation_turns_off_one_switch_of_taylor_plus_at_a_time():
     for bad in ('taylor without gauge_fix', 'taylor+ without steps'):
         try: e.recipe_of(bad); raise AssertionError(bad)
         except ValueError as x: assert 'unknown init' in str(x)
-    ablated = [f'taylor+ without {s}' for s in e.ABLATED] + [f'taylor+ with {s}' for s in e.ADDED]
-    assert [j['init'] for j in e.jobs(['ablation'], 1)] == ablated
-    assert [(j['init'], j['seed']) for j in e.jobs(['ablation'], 3)] == [(i, s) for s in range(3) for i in ablated]   # seed 0 of each switch first
-    assert [j['init'] for j in e.jobs(['grid', 'ablation'], 2)][-len(ablated):] == ablated                             # later seeds after everything else
+    ablated = ([(p, f'taylor+ without {s}') for p in e.ABLATION_POLICIES for s in e.ABLATED]
+               + [(p, f'taylor+ with {s}') for p in e.ABLATION_POLICIES for s in e.ADDED])
+    assert e.ABLATION_POLICIES == ('uniform:0.25', 'retrieval:0.25')
+    assert [(j['keep'], j['init']) for j in e.jobs(['ablation'], 1)] == ablated
+    assert [(j['keep'], j['init'], j['seed']) for j in e.jobs(['ablation'], 3)] == [(*a, s) for s in range(3) for a in ablated]   # seed 0 of each switch first
+    assert [(j['keep'], j['init']) for j in e.jobs(['grid', 'ablation'], 2)][-len(ablated):] == ablated                    # later seeds after everything else
 
 def test_an_addition_turns_on_one_switch_of_taylor_plus_and_old_fingerprints_hold():
     "'taylor+ with constant_gate' differs from taylor+ in that switch alone; a recipe field at its default is left out of the fingerprint, so ledger rows written before the field existed stay current."
@@ -103,9 +105,10 @@ def test_a_step_cap_is_taylor_plus_with_only_its_steps_changed():
     from taylor_calibrate.core import get_recipe
     full, capped = asdict(get_recipe('taylor+')), asdict(e.recipe_of('taylor+ with steps=1000'))
     assert {k for k, v in capped.items() if v != full[k]} == {'name', 'steps'} and capped['steps'] == 1000
-    variants = [f'taylor+ with steps={n}' for n in e.STEP_CAPS] + [f'taylor+ with rates x{f}' for f in e.RATE_FACTORS]
-    assert [(j['init'], j['seed']) for j in e.jobs(['budget'], 3)] == [(i, s) for s in range(3) for i in variants]
-    assert [(j['init'], j['seed']) for j in e.jobs(['budget'], 1)] == [(i, 0) for i in variants]
+    variants = ([('uniform:0.25', f'taylor+ with steps={n}') for n in e.STEP_CAPS] + [('uniform:0.25', f'taylor+ with rates x{f}') for f in e.RATE_FACTORS]
+                + [('retrieval:0.25', f'taylor+ with steps={e.STEP_CAPS[0]}')])
+    assert [(j['keep'], j['init'], j['seed']) for j in e.jobs(['budget'], 3)] == [(*v, s) for s in range(3) for v in variants]
+    assert [(j['keep'], j['init'], j['seed']) for j in e.jobs(['budget'], 1)] == [(*v, 0) for v in variants]
     assert e.recipe_id('taylor+ with steps=1000') != e.recipe_id('taylor+')
     assert asdict(e.recipe_of('taylor with steps=30'))['steps'] == 30 and e.recipe_of('taylor with steps=30').phase1
     for bad in ('phase1 with steps=10', 'naive with steps=10', 'taylor+ with steps=0', 'taylor+ with steps=many'):
