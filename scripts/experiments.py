@@ -48,6 +48,8 @@ LATER_FIELDS = {'constant_gate': False, 'fit': False}   # recipe fields younger 
 # rows of the paper's Phase 1 under its old name are read under its new one (`relabel`).
 LEGACY_IDS = {'phase1': '5f95d6d30034', 'taylor+': 'd8dddfa40a8b'}
 RENAMED = ('phase1', 'taylor_phase1')
+OLDER_TAYLOR = dict(fit=False, exact_decay=True, exact_beta=True, gauge_fix=True, steps=300)   # 'older taylor+': what 'taylor+' named before
+                                                # Phase 1 by least squares (the paper's Phase 1 at the balanced gauge; fingerprint LEGACY_IDS['taylor+'])
 STEP_CAPS = (300, 1000)                         # Phase 2's step cap for taylor+ in part 'budget' (its own: 100)
 RATE_FACTORS = (4,)                             # Phase 2's two learning rates times N for taylor+ in part 'budget' (scripts/phase2_rate.py)
 MECHANISM_STEPS = (30, 100)                     # part 'mechanism': Phase 2 capped at these steps (the paper's own: 300; taylor+'s: 100) ...
@@ -60,7 +62,8 @@ TARGETS = (1.05, 1.1, 1.25, 1.5, 2.0)          # recovery targets, x teacher val
 def zero_shot_job(keep, init, seed, kv_copy='heads'): return dict(kind='zero_shot', keep=keep, init=init, seed=seed, kv_copy=kv_copy)
 def recovery_job(init): return dict(kind='recovery', init=init, keep='uniform:0.25', seed=0)
 BUDGET_INITS = (*(f'taylor+ with steps={n}' for n in STEP_CAPS), *(f'taylor+ with rates x{f}' for f in RATE_FACTORS))
-BUDGET_RETRIEVAL = (f'taylor+ with steps={STEP_CAPS[0]}',)    # ... and on the retrieval policy's layers
+BUDGET_RETRIEVAL = (f'taylor+ with steps={STEP_CAPS[0]}', 'older taylor+ with steps=100')   # ... and on the retrieval policy's layers, with the
+                                                # older recipe at taylor+'s own cap beside them
 def job_key(job): return '|'.join(f'{k}={job[k]}' for k in sorted(job))
 
 def jobs(parts, seeds, mini=False):
@@ -201,7 +204,8 @@ def recipe_of(init):
     """The recipe an init names: one of the package's, or one of them with modifiers: 'taylor+ without <switch>', taylor+
     with one of `ABLATED` off (without minibatch, Phase 2 runs on taylor's budget too: 1,024 calibration tokens, full batch,
     no early stopping; without phase1, Phase 2 starts from the copy); 'taylor+ with <switch>', taylor+ with one of `ADDED`
-    on; '<init> with rates xF', taylor+ with both of Phase 2's learning rates times F; '<init> with steps=N', a recipe with
+    on; 'older taylor+', the recipe 'taylor+' named before Phase 1 by least squares (`OLDER_TAYLOR`); '<init> with rates xF', taylor+
+    with both of Phase 2's learning rates times F; '<init> with steps=N', a recipe with
     Phase 2 capped at N steps; '<init> at gauge xK', the recipe run on the teacher rescaled to value/output gauge K (its
     W_V divided and its W_O multiplied by K: the same function, `run_zero_shot` rescales it)."""
     from dataclasses import replace
@@ -212,7 +216,7 @@ def recipe_of(init):
         return replace(recipe_of(base), name=init)
     if ' with steps=' in init:
         base, _, n = init.partition(' with steps=')
-        if not n.isdigit() or int(n) < 1 or not base.startswith(('taylor', 'phase2')) or not recipe_of(base).phase2:
+        if not n.isdigit() or int(n) < 1 or not base.startswith(('taylor', 'phase2', 'older taylor+')) or not recipe_of(base).phase2:
             raise ValueError(f"unknown init {init!r}: a step cap is '<init with Phase 2> with steps=N', N > 0")
         return replace(recipe_of(base), name=init, steps=int(n))
     if ' with rates x' in init:
@@ -220,6 +224,7 @@ def recipe_of(init):
         if base != 'taylor+' or not f.isdigit() or int(f) < 1: raise ValueError(f"unknown init {init!r}: a rate factor is 'taylor+ with rates xF', F > 0")
         r = get_recipe(base)
         return replace(r, name=init, lr_qkv=r.lr_qkv * int(f), lr_gates=r.lr_gates * int(f))
+    if init == 'older taylor+': return replace(get_recipe('taylor+'), name=init, **OLDER_TAYLOR)
     base, _, switch = init.partition(' with ')
     if switch:
         if base != 'taylor+' or switch not in ADDED: raise ValueError(f'unknown init {init!r}: additions are taylor+ with one of {ADDED}')

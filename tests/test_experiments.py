@@ -106,7 +106,7 @@ def test_a_step_cap_is_taylor_plus_with_only_its_steps_changed():
     full, capped = asdict(get_recipe('taylor+')), asdict(e.recipe_of('taylor+ with steps=1000'))
     assert {k for k, v in capped.items() if v != full[k]} == {'name', 'steps'} and capped['steps'] == 1000
     variants = ([('uniform:0.25', f'taylor+ with steps={n}') for n in e.STEP_CAPS] + [('uniform:0.25', f'taylor+ with rates x{f}') for f in e.RATE_FACTORS]
-                + [('retrieval:0.25', f'taylor+ with steps={e.STEP_CAPS[0]}')])
+                + [('retrieval:0.25', f'taylor+ with steps={e.STEP_CAPS[0]}'), ('retrieval:0.25', 'older taylor+ with steps=100')])
     assert [(j['keep'], j['init'], j['seed']) for j in e.jobs(['budget'], 3)] == [(*v, s) for s in range(3) for v in variants]
     assert [(j['keep'], j['init'], j['seed']) for j in e.jobs(['budget'], 1)] == [(*v, 0) for v in variants]
     assert e.recipe_id('taylor+ with steps=1000') != e.recipe_id('taylor+')
@@ -114,6 +114,15 @@ def test_a_step_cap_is_taylor_plus_with_only_its_steps_changed():
     for bad in ('phase1 with steps=10', 'naive with steps=10', 'taylor+ with steps=0', 'taylor+ with steps=many'):
         try: e.recipe_of(bad); raise AssertionError(bad)
         except ValueError as x: assert 'unknown init' in str(x)
+
+def test_older_taylor_plus_is_the_recipe_the_ledgers_older_rows_ran():
+    "'older taylor+' under the name 'taylor+' has the fingerprint of the ledgers' rows written before Phase 1 by least squares."
+    sys.path.insert(0, str(ROOT/'scripts'))
+    import experiments as e
+    from dataclasses import replace
+    older = e.recipe_of('older taylor+')
+    assert e.fingerprint(replace(older, name='taylor+')) == e.LEGACY_IDS['taylor+'] and not older.fit and older.gauge_fix and older.steps == 300
+    assert e.recipe_of('older taylor+ with steps=100').steps == 100 and e.recipe_id('older taylor+ with steps=100') != e.recipe_id('taylor+')
 
 def test_a_gauge_run_is_its_recipe_on_a_rescaled_teacher():
     "'<init> at gauge xK' is the init's recipe under its own name (a fingerprint of its own), run on the teacher rescaled by K."
