@@ -17,7 +17,7 @@ validation perplexity on VALID. `--parts uniform` is the grid's uniform row alon
 each mixer (`--mixer`). `--parts ablation` (not run by default) turns each of taylor+'s switches off in turn,
 at 25% kept, uniform and retrieval policies (the latter converts layers 0 to 2 of SmolLM2), seed 0; `--parts budget` (not run by default) runs taylor+ with a larger cap on Phase 2's
 steps (its early stopping on held-out calibration tokens decides where it stops), and with larger learning rates, at seed 0,
-the first larger cap on the retrieval policy's layers too
+and on the retrieval policy's layers taylor+ with 300 steps and the older recipe ('older taylor+') with 100
 (like the ablation, at later seeds too when --seeds asks, after everything else); `--parts mechanism` (not run by default)
 measures what Phase 1 does for Phase 2: Phase 2 from the copy and from Phase 1, under the paper's and taylor+'s budgets,
 capped at 30 and 100 steps as well as 300, and the paper's inits on the teacher rescaled to value/output gauges 10 and 100
