@@ -37,7 +37,7 @@ from .policies import select_layers
 from .report_page import REPORT_COLUMNS, _plain, _report_section, report_summary, report_html
 from .resume import (
     CHECKPOINT_SETTINGS, CHECKPOINT_SELECTION, CHECKPOINT_PROBES, CHECKPOINT_PROBE_SECONDS, windows_fingerprint, open_checkpoint_dir,
-    _write_atomic, _probe_log, _layer_file, _save_layer, _load_layer)
+    _write_atomic, _probe_log, _probe_layers_dir, _layer_file, _save_layer, _load_layer)
 from . import windows as _memory
 from .windows import (windows_at_once, valid_by_windows, ols_by_windows, mean_by_windows, mse_backward,
                                       capture_bytes, capture_groups, layer_captures, _width)
@@ -324,11 +324,12 @@ def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None,
     elif isinstance(keep, str) and not keep.startswith('uniform'):
         probe_recipe = replace(recipe, steps=min(recipe.steps, 30), calib_tokens=min(recipe.calib_tokens, 2 * seq_len),
                                heldout_tokens=seq_len)
-        probe = lambda hybrid, tch: _calibrate_converted(hybrid, tch, _probe_windows(data, tokenizer, seq_len), probe_recipe,
-                                                        seed, False)[0]
-        if keep.startswith('needle'): probe = _phase1_fit(data, tokenizer, seq_len, seed, progress)   # the needle map's fit of every layer
-        kept, scores = select_layers(source, keep, tokenizer=tokenizer, data=selection_data, init=probe, seq_len=seq_len,
-                                     progress=progress, measured=measured, on_score=on_score, mixer=mixer, **(gdn_options or {}))
+        with _probe_layers_dir(ckpt) as probe_dir:    # a layer calibrates alike in every probe: once, then loaded from probe_dir
+            probe = lambda hybrid, tch: _calibrate_converted(hybrid, tch, _probe_windows(data, tokenizer, seq_len), probe_recipe,
+                                                            seed, False, probe_dir)[0]
+            if keep.startswith('needle'): probe = _phase1_fit(data, tokenizer, seq_len, seed, progress)   # the needle map's fit of every layer
+            kept, scores = select_layers(source, keep, tokenizer=tokenizer, data=selection_data, init=probe, seq_len=seq_len,
+                                         progress=progress, measured=measured, on_score=on_score, mixer=mixer, **(gdn_options or {}))
         selection = dict(policy=keep, scores={int(k): float(v) for k, v in scores.items()})
         if ckpt is not None: _write_atomic(ckpt/CHECKPOINT_SELECTION, json.dumps([kept, selection['scores']]))
     else: kept = keep
