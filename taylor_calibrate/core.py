@@ -324,7 +324,7 @@ def calibrate(teacher, data, keep='uniform:0.25', init='taylor', tokenizer=None,
     elif isinstance(keep, str) and not keep.startswith('uniform'):
         probe_recipe = replace(recipe, steps=min(recipe.steps, 30), calib_tokens=min(recipe.calib_tokens, 2 * seq_len),
                                heldout_tokens=seq_len)
-        with _probe_layers_dir(ckpt) as probe_dir:    # a layer calibrates alike in every probe: once, then loaded from probe_dir
+        with _probe_layers_dir(ckpt if keep.startswith('ga-s2') else None) as probe_dir:   # a layer calibrates alike in every probe
             probe = lambda hybrid, tch: _calibrate_converted(hybrid, tch, _probe_windows(data, tokenizer, seq_len), probe_recipe,
                                                             seed, False, probe_dir)[0]
             if keep.startswith('needle'): probe = _phase1_fit(data, tokenizer, seq_len, seed, progress)   # the needle map's fit of every layer
