@@ -17,7 +17,7 @@ table of contents per page, both taken from the root `_quarto.yml` (the one plac
 and navigation are written; Quarto renders the same file on machines that have it). A code cell
 marked `#| fold` is drawn folded under a "Code" summary; exported cells that only import carry `#| hide`.
 """
-import argparse, configparser, copy, hashlib, html, json, os, re, shutil, sys, time
+import argparse, configparser, contextlib, copy, hashlib, html, json, os, re, shutil, sys, time
 from pathlib import Path
 import nbformat
 
@@ -171,17 +171,12 @@ def execute(nb, cwd, flags, timeout=1200):
     for c in run.cells:
         if is_flagged(c, flags): c.source = 'pass  # skipped: ' + ' '.join(sum(directives(c), []))
         elif c.cell_type == 'code': c.source = _display_each_show_doc(c.source)
-    env_before = os.environ.get('PLOTLY_RENDERER')
-    os.environ['PLOTLY_RENDERER'] = 'plotly_mimetype'
     client = NotebookClient(run, timeout=timeout, kernel_name='python3', resources={'metadata': {'path': str(cwd)}})
     # No imitation of the frontend's Output widget: nbclient routes a cell's own messages to an Output widget while it
     # is entered, and when that routing outlives the `with` block the cell's final status is swallowed and the run
     # waits for the cell timeout (seen with the explorer). Widget outputs are not rendered on the static site anyway.
     client.comm_open_handlers = {}
-    try: client.execute()
-    finally:
-        if env_before is None: os.environ.pop('PLOTLY_RENDERER', None)
-        else: os.environ['PLOTLY_RENDERER'] = env_before
+    client.execute(env=dict(os.environ, PLOTLY_RENDERER='plotly_mimetype'))     # the kernel's environment only
     for c, orig in zip(run.cells, nb.cells): c.source = orig.source
     return run
 
@@ -366,16 +361,28 @@ def build_html(nbs=ROOT/'nbs', out=ROOT/'_docs', only=None, execute_nbs=True, fl
     if (nbs/'images').is_dir(): shutil.copytree(nbs/'images', out/'images', dirs_exist_ok=True)
     read = {p: nbformat.read(p, as_version=4) for _, ps in sections for p in ps}
     nav = [(name, [(page_name(p), 'Overview' if p.stem == 'index' else notebook_title(read[p], p.stem)) for p in ps]) for name, ps in sections]
-    api, done = api_index(read), []
-    for p, nb in read.items():
-        if only and p.name not in only and p.stem not in only: continue
-        t0, page = time.time(), page_name(p)
-        if execute_nbs: nb = execute(nb, p.parent, flags)
-        (out/page).write_text(render(nb, notebook_title(nb, p.stem), nav_html(site_title, nav, page), flags, pager_html(nav, page), api, page),
-                              encoding='utf-8')
-        print(f'{p.name} -> {out/page} ({time.time()-t0:.1f}s)', flush=True)
-        done.append(out/page)
+    api, done, t0 = api_index(read), [], time.time()
+    todo = [p for p in read if not only or p.name in only or p.stem in only]
+    with executed_in_order(todo, read, flags, execute_nbs) as executed:
+        for p, nb in zip(todo, executed):
+            page = page_name(p)
+            (out/page).write_text(render(nb, notebook_title(nb, p.stem), nav_html(site_title, nav, page), flags, pager_html(nav, page), api, page),
+                                  encoding='utf-8')
+            print(f'{p.name} -> {out/page} ({time.time()-t0:.0f}s into the build)', flush=True)
+            done.append(out/page)
     return done
+
+@contextlib.contextmanager
+def executed_in_order(paths, read, flags, execute_nbs=True, workers=None):
+    """The notebooks `read[p]` for `p` in `paths`, in that order, each executed in its own kernel (as is, without
+    `execute_nbs`): `workers` notebooks at a time (default: one per CPU core), each in its own process."""
+    workers = min(workers or os.cpu_count() or 1, len(paths))
+    if not execute_nbs or workers <= 1:
+        yield (execute(read[p], p.parent, flags) if execute_nbs else read[p] for p in paths); return
+    from concurrent.futures import ProcessPoolExecutor
+    pool = ProcessPoolExecutor(workers)
+    try: yield pool.map(execute, [read[p] for p in paths], [p.parent for p in paths], [flags] * len(paths))
+    finally: pool.shutdown(cancel_futures=True)
 
 CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
 CHROMIUM_FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
