@@ -6,7 +6,7 @@
     python scripts/build_docs.py outputs           # execute every notebook, keep its text outputs in nbs/*.ipynb
     python scripts/build_docs.py screenshot _docs/07_explore.html shot.png --from The-static-twin
 
-The HTML build executes each notebook with nbclient, skipping cells that carry one of the
+The HTML build executes each notebook with nbclient (one notebook per CPU core at a time), skipping cells that carry one of the
 `tst_flags` of settings.ini (as `nbdev_test` does), drops `#| hide` cells and directive lines,
 and turns plotly outputs into `Plotly.newPlot` calls against ONE local copy of plotly.js
 (`_docs/plotly.min.js`), so figures stay interactive with no kernel and no network. Maths
